@@ -1,0 +1,1 @@
+"""Sub-commands of the gpufleet CLI (see gpufleet.cli.COMMANDS)."""
