@@ -201,7 +201,9 @@ def parse_data(doc: dict[str, Any]) -> CompatData:
     releases: list[TorchRelease] = []
     for t in doc["torch"]:
         where = f"torch {t['minor']}"
-        variants = {n: _variant(n, raw, arch_sets, f"{where} {n}") for n, raw in t["variants"].items()}
+        variants = {
+            n: _variant(n, raw, arch_sets, f"{where} {n}") for n, raw in t["variants"].items()
+        }
         for v in variants.values():
             if v.cuda not in cuda:
                 raise CompatDataError(f"{where}: variant {v.name} has no CUDA {v.cuda} row")

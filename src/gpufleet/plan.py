@@ -121,8 +121,9 @@ class _Ctx:
     python: str | None
 
 
-def _refuse(message: str, alternatives: Sequence[str] = (),
-            hints: Sequence[str] = ()) -> PlanRefused:
+def _refuse(
+    message: str, alternatives: Sequence[str] = (), hints: Sequence[str] = ()
+) -> PlanRefused:
     if alternatives:
         message += " Nearest combinations that work: " + "; ".join(alternatives) + "."
     if hints:
@@ -140,8 +141,9 @@ def _validate(req: PlanRequest, data: CompatData) -> tuple[_Ctx, TorchRelease]:
     minor = V.torch_minor(req.torch)
     rel = data.release(minor)
     if rel is None:
-        newest = [r.latest for r in sorted(
-            data.torch, key=lambda r: _minor_distance(r.minor, minor))[:2]]
+        newest = [
+            r.latest for r in sorted(data.torch, key=lambda r: _minor_distance(r.minor, minor))[:2]
+        ]
         raise _refuse(
             f"Refused: torch {req.torch} is not in gpufleet's compatibility data (compiled "
             f"{data.compiled}; it knows torch {known}). A new release is added as one entry "
@@ -226,9 +228,9 @@ def _arch_cap(ctx: _Ctx, data: CompatData) -> tuple[int | None, str]:
         fam = family_of(cc)
         if fam.last_branch is not None and (cap is None or fam.last_branch < cap):
             cap, who = fam.last_branch, f"{fam.name} GPUs"
-    if ctx.os is not None and ctx.os.el.branch_max is not None:
-        if cap is None or ctx.os.el.branch_max < cap:
-            cap, who = ctx.os.el.branch_max, f"NVIDIA's {ctx.os.el.repo} repository"
+    el_cap = ctx.os.el.branch_max if ctx.os is not None else None
+    if ctx.os is not None and el_cap is not None and (cap is None or el_cap < cap):
+        cap, who = el_cap, f"NVIDIA's {ctx.os.el.repo} repository"
     return cap, who
 
 
@@ -236,10 +238,13 @@ def _release_problems(rel: TorchRelease, ctx: _Ctx) -> list[str]:
     problems = []
     if ctx.python is not None:
         lo, hi = rel.python
-        if not (V.at_least(V.parse(ctx.python), V.parse(lo))
-                and V.at_least(V.parse(hi), V.parse(ctx.python))):
-            problems.append(f"torch {rel.minor} wheels exist for Python {lo} to {hi}, "
-                            f"not {ctx.python}")
+        if not (
+            V.at_least(V.parse(ctx.python), V.parse(lo))
+            and V.at_least(V.parse(hi), V.parse(ctx.python))
+        ):
+            problems.append(
+                f"torch {rel.minor} wheels exist for Python {lo} to {hi}, not {ctx.python}"
+            )
     if ctx.os is not None and not V.at_least(V.parse(ctx.os.el.glibc), V.parse(rel.glibc)):
         problems.append(
             f"torch {rel.minor} wheels are manylinux_{rel.glibc.replace('.', '_')} and need "
@@ -279,8 +284,9 @@ def _cpu_variant() -> Variant:
     return Variant(CPU, None, "confirmed", None, None, "")
 
 
-def _alternatives(ctx: _Ctx, data: CompatData, skip: Iterable[tuple[str, str]] = (),
-                  limit: int = 3) -> list[str]:
+def _alternatives(
+    ctx: _Ctx, data: CompatData, skip: Iterable[tuple[str, str]] = (), limit: int = 3
+) -> list[str]:
     """Nearest (torch, variant) pairs with no problem: same release first, then by distance."""
     skipped = set(skip)
     out: list[str] = []
@@ -289,8 +295,9 @@ def _alternatives(ctx: _Ctx, data: CompatData, skip: Iterable[tuple[str, str]] =
             continue
         patch = ctx.torch if rel.minor == ctx.minor else rel.latest
         variants = _published(rel, patch)
-        ordered = sorted(variants, key=lambda v: (v.name == rel.default,
-                                                  _preference(v, ctx, data)), reverse=True)
+        ordered = sorted(
+            variants, key=lambda v: (v.name == rel.default, _preference(v, ctx, data)), reverse=True
+        )
         taken = 0
         for v in ordered:
             if v.confidence == "unconfirmed" or (rel.minor, v.name) in skipped:
@@ -309,8 +316,9 @@ def _alternatives(ctx: _Ctx, data: CompatData, skip: Iterable[tuple[str, str]] =
 def _hints(ctx: _Ctx, rel: TorchRelease, data: CompatData) -> list[str]:
     """Fixes on the node side that would make the requested release work."""
     hints = []
-    if ctx.os is not None and _release_problems(rel, _Ctx(ctx.torch, ctx.minor, None, ctx.os,
-                                                          None, (), None)):
+    if ctx.os is not None and _release_problems(
+        rel, _Ctx(ctx.torch, ctx.minor, None, ctx.os, None, (), None)
+    ):
         hints.append(f"move the node to EL8 or newer (glibc >= {rel.glibc})")
     if ctx.driver is not None:
         for v in sorted(_published(rel, ctx.torch), key=lambda v: v.name != rel.default):
@@ -319,9 +327,11 @@ def _hints(ctx: _Ctx, rel: TorchRelease, data: CompatData) -> list[str]:
             relaxed = _Ctx(ctx.torch, ctx.minor, ctx.forced, ctx.os, None, ctx.archs, ctx.python)
             if not _variant_problems(v, relaxed, data):
                 cuda = data.cuda[str(v.cuda)]
-                hints.append(f"upgrade the driver to >= {cuda.floor} (branch "
-                             f"{max(data.policy.recommended_min_branch, cuda.ga_branch)}) "
-                             f"and keep {v.name}")
+                hints.append(
+                    f"upgrade the driver to >= {cuda.floor} (branch "
+                    f"{max(data.policy.recommended_min_branch, cuda.ga_branch)}) "
+                    f"and keep {v.name}"
+                )
                 break
     return hints
 
@@ -342,8 +352,7 @@ def make_plan(req: PlanRequest, data: CompatData | None = None) -> Plan:
         alts = _alternatives(ctx, data)
         hints = _hints(ctx, rel, data)
         raise _refuse(
-            f"Refused: torch {ctx.torch}{where} cannot work: " + "; ".join(release_problems)
-            + ".",
+            f"Refused: torch {ctx.torch}{where} cannot work: " + "; ".join(release_problems) + ".",
             alts,
             hints,
         )
@@ -366,8 +375,10 @@ def make_plan(req: PlanRequest, data: CompatData | None = None) -> Plan:
         else:
             match = [v for v in published if v.name == ctx.forced]
             if not match:
-                others = sorted((r for r in data.torch if ctx.forced in r.variants),
-                                key=lambda r: _minor_distance(r.minor, ctx.minor))
+                others = sorted(
+                    (r for r in data.torch if ctx.forced in r.variants),
+                    key=lambda r: _minor_distance(r.minor, ctx.minor),
+                )
                 alts = [
                     f"torch=={r.latest} with {ctx.forced} ({data.index_url(ctx.forced)})"
                     for r in others
@@ -387,7 +398,8 @@ def make_plan(req: PlanRequest, data: CompatData | None = None) -> Plan:
                 hints = _hints(ctx, rel, data)
                 raise _refuse(
                     f"Refused: torch {ctx.torch} with {chosen.name}{where} cannot work: "
-                    + "; ".join(problems) + ".",
+                    + "; ".join(problems)
+                    + ".",
                     alts,
                     hints,
                 )
@@ -395,8 +407,10 @@ def make_plan(req: PlanRequest, data: CompatData | None = None) -> Plan:
             if chosen.name == rel.default:
                 reason += " (also the PyPI default)"
             if chosen.confidence != "confirmed":
-                notes.append(f"{chosen.name} for torch {rel.minor} is {chosen.confidence}: "
-                             f"{chosen.note or 'only secondary sources list it'}")
+                notes.append(
+                    f"{chosen.name} for torch {rel.minor} is {chosen.confidence}: "
+                    f"{chosen.note or 'only secondary sources list it'}"
+                )
     else:
         judged = [(v, _variant_problems(v, ctx, data)) for v in published]
         viable = [v for v, p in judged if not p and v.confidence != "unconfirmed"]
@@ -411,35 +425,43 @@ def make_plan(req: PlanRequest, data: CompatData | None = None) -> Plan:
         default = next((v for v in viable if v.name == rel.default), None)
         if default is not None:
             chosen = default
-            reason = (f"{chosen.name} is the PyPI default for torch {rel.minor} (what plain "
-                      f"`pip install torch=={ctx.torch}` installs)")
+            reason = (
+                f"{chosen.name} is the PyPI default for torch {rel.minor} (what plain "
+                f"`pip install torch=={ctx.torch}` installs)"
+            )
         else:
             chosen = max(viable, key=lambda v: _preference(v, ctx, data))
             why_not = next((p for v, p in judged if v.name == rel.default), [])
-            reason = (f"the PyPI default {rel.default} is excluded: {'; '.join(why_not)}; "
-                      f"{chosen.name} is the best remaining variant")
+            reason = (
+                f"the PyPI default {rel.default} is excluded: {'; '.join(why_not)}; "
+                f"{chosen.name} is the best remaining variant"
+            )
             cuda = data.cuda[str(chosen.cuda)]
             if ctx.driver and V.at_least(V.parse(ctx.driver), V.parse(cuda.ga_driver)):
-                reason += (f" (the installed {ctx.driver} meets CUDA {cuda.version}'s GA "
-                           f"driver {cuda.ga_driver}, so no minor-version limits apply)")
+                reason += (
+                    f" (the installed {ctx.driver} meets CUDA {cuda.version}'s GA "
+                    f"driver {cuda.ga_driver}, so no minor-version limits apply)"
+                )
             if chosen.confidence != "confirmed":
-                notes.append(f"{chosen.name} for torch {rel.minor} is {chosen.confidence}: "
-                             f"{chosen.note or 'only secondary sources list it'}")
+                notes.append(
+                    f"{chosen.name} for torch {rel.minor} is {chosen.confidence}: "
+                    f"{chosen.note or 'only secondary sources list it'}"
+                )
 
     return _build(ctx, rel, chosen, reason, notes, data)
 
 
 def _preference(v: Variant, ctx: _Ctx, data: CompatData) -> tuple[int, int, tuple[int, ...]]:
     cuda = data.cuda[str(v.cuda)]
-    ga_ok = int(ctx.driver is not None and V.at_least(V.parse(ctx.driver),
-                                                      V.parse(cuda.ga_driver)))
+    ga_ok = int(ctx.driver is not None and V.at_least(V.parse(ctx.driver), V.parse(cuda.ga_driver)))
     return ga_ok, int(v.confidence == "confirmed"), V.parse(cuda.version)
 
 
-def _build(ctx: _Ctx, rel: TorchRelease, chosen: Variant, reason: str, notes: list[str],
-           data: CompatData) -> Plan:
-    families = sorted({family_of(cc).name for cc in ctx.archs},
-                      key=lambda n: [f.name for f in data.families].index(n))
+def _build(
+    ctx: _Ctx, rel: TorchRelease, chosen: Variant, reason: str, notes: list[str], data: CompatData
+) -> Plan:
+    order = [f.name for f in data.families]
+    families = sorted({family_of(cc).name for cc in ctx.archs}, key=order.index)
     cuda: Cuda | None = data.cuda[str(chosen.cuda)] if chosen.name != CPU else None
     branch = branch_max = flavor = None
     sources = [k for k in data.sources if re.search(rf"\b{re.escape(k)}\b", rel.source)]
@@ -461,23 +483,34 @@ def _build(ctx: _Ctx, rel: TorchRelease, chosen: Variant, reason: str, notes: li
         else:
             flavor = "open"
             if not ctx.archs:
-                notes.append("driver flavor 'open' assumes Turing or newer GPUs; give the GPU "
-                             "architectures (preflight reads them with lspci) to be sure")
-        if (ctx.driver is not None and rec >= cuda.ga_branch
-                and not V.at_least(V.parse(ctx.driver), V.parse(cuda.ga_driver))):
-            notes.append(f"the installed driver {ctx.driver} is below CUDA {cuda.version}'s GA "
-                         f"driver {cuda.ga_driver}: it works through minor-version "
-                         "compatibility (no PTX JIT); branch "
-                         f"{branch} removes that limit")
+                notes.append(
+                    "driver flavor 'open' assumes Turing or newer GPUs; give the GPU "
+                    "architectures (preflight reads them with lspci) to be sure"
+                )
+        if (
+            ctx.driver is not None
+            and rec >= cuda.ga_branch
+            and not V.at_least(V.parse(ctx.driver), V.parse(cuda.ga_driver))
+        ):
+            notes.append(
+                f"the installed driver {ctx.driver} is below CUDA {cuda.version}'s GA "
+                f"driver {cuda.ga_driver}: it works through minor-version "
+                "compatibility (no PTX JIT); branch "
+                f"{branch} removes that limit"
+            )
         if ctx.os is not None:
             el = ctx.os.el
             if el.cuda_max and not V.at_least(V.parse(el.cuda_max), V.parse(cuda.version)):
-                notes.append(f"{cuda.toolkit_package} is not known in NVIDIA's {el.repo} "
-                             f"repository (newest known {el.cuda_max}); set "
-                             "cuda_toolkit_install: false if it is missing there")
+                notes.append(
+                    f"{cuda.toolkit_package} is not known in NVIDIA's {el.repo} "
+                    f"repository (newest known {el.cuda_max}); set "
+                    "cuda_toolkit_install: false if it is missing there"
+                )
             if el.cuda_min and not V.at_least(V.parse(cuda.version), V.parse(el.cuda_min)):
-                notes.append(f"NVIDIA's {el.repo} repository is only known to carry CUDA "
-                             f"{el.cuda_min} and newer; {cuda.toolkit_package} may be missing")
+                notes.append(
+                    f"NVIDIA's {el.repo} repository is only known to carry CUDA "
+                    f"{el.cuda_min} and newer; {cuda.toolkit_package} may be missing"
+                )
         sources += ["RN", "MVC", "DIG"]
     if ctx.os is not None and not ctx.os.el.supported:
         notes.append(f"{ctx.os}: {ctx.os.el.why_unsupported}; gpufleet's roles refuse it")
@@ -531,20 +564,24 @@ def describe(plan: Plan) -> str:
             f"  toolkit:        {plan.toolkit_package} -> {plan.toolkit_prefix}",
             f"  driver:         >= {plan.min_driver} (floor); recommended branch "
             f"{plan.driver_branch}, {plan.driver_flavor} kernel modules"
-            + (f"; newest allowed branch {plan.driver_branch_max}"
-               if plan.driver_branch_max else ""),
+            + (
+                f"; newest allowed branch {plan.driver_branch_max}"
+                if plan.driver_branch_max
+                else ""
+            ),
         ]
     else:
         lines.append("  driver/toolkit: none needed")
     if plan.os:
-        lines.append(f"  os:             {plan.os_name} (glibc {plan.glibc}, NVIDIA repo "
-                     f"{plan.repo})")
+        lines.append(
+            f"  os:             {plan.os_name} (glibc {plan.glibc}, NVIDIA repo {plan.repo})"
+        )
     if plan.gpu_archs:
-        lines.append(f"  gpus:           {', '.join(plan.gpu_archs)} "
-                     f"({', '.join(plan.gpu_families)})")
+        lines.append(
+            f"  gpus:           {', '.join(plan.gpu_archs)} ({', '.join(plan.gpu_families)})"
+        )
     lines += [f"  note:           {n}" for n in plan.notes]
     return "\n".join(lines)
 
 
-__all__ = ["CPU", "Plan", "PlanRefused", "PlanRequest", "cc_str", "covers", "describe",
-           "make_plan"]
+__all__ = ["CPU", "Plan", "PlanRefused", "PlanRequest", "cc_str", "covers", "describe", "make_plan"]

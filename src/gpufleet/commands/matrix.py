@@ -11,10 +11,16 @@ from gpufleet.matrix import render_markdown, update_readme
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("matrix", help="print the torch/CUDA/driver support matrix (Markdown)")
-    p.add_argument("--update-readme", metavar="PATH",
-                   help="rewrite the generated block between the support-matrix markers")
-    p.add_argument("--check", action="store_true",
-                   help="with --update-readme: exit 1 if the file is out of date")
+    p.add_argument(
+        "--update-readme",
+        metavar="PATH",
+        help="rewrite the generated block between the support-matrix markers",
+    )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="with --update-readme: exit 1 if the file is out of date",
+    )
     p.set_defaults(func=run)
 
 
