@@ -183,5 +183,11 @@ def read_kernel_log(window_hours: float, timeout_s: float = 20.0) -> tuple[list[
         if proc.returncode != 0 or "No journal files" in proc.stderr:
             problems.append(f"{cmd[0]}: rc={proc.returncode} {proc.stderr.strip()[:200]}")
             continue
+        if cmd[0] == "journalctl" and not proc.stdout.strip():
+            # an empty answer may also mean "no journal here" (containers): ask dmesg too
+            problems.append("journalctl: no kernel messages in the window")
+            continue
         return proc.stdout.splitlines(), " ".join(cmd)
+    if problems == ["journalctl: no kernel messages in the window"]:
+        return [], "journalctl (empty)"
     raise KernelLogUnavailable("; ".join(problems))
