@@ -64,9 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--no-require-gpu", dest="gpufleet_require_gpu", action="store_false")
     g.addoption("--expected-gpus", type=int, metavar="N", help="GPUs this node must have")
     g.addoption("--gpufleet-json", metavar="PATH", help="write the JSON result envelope here")
-    g.addoption(
-        "--nvml-recording", metavar="PATH", help="replay a recording instead of real NVML"
-    )
+    g.addoption("--nvml-recording", metavar="PATH", help="replay a recording instead of real NVML")
     g.addoption("--node", metavar="NAME", help="node name in the records (default: hostname)")
     g.addoption(
         "--xid-window-hours",
@@ -207,7 +205,9 @@ class Ctx:
     def under_load(self, gpu: GpuReading) -> GpuReading | None:
         """``gpu`` re-read while busy, or None when it cannot be loaded here."""
         if isinstance(self.reader, RecordedReader):
-            return self.reader.reread_gpu(gpu.index) if self.reader.has_after_load(gpu.index) else None
+            if not self.reader.has_after_load(gpu.index):
+                return None
+            return self.reader.reread_gpu(gpu.index)
         if self.opt("no_pcie_load"):
             return None
         return _busy_reread(self, gpu)
@@ -331,7 +331,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ctx = get_ctx(metafunc.config)
     gpus = [] if ctx.reading is None else list(ctx.reading.gpus)
     if gpus:
-        metafunc.parametrize("gpu", [g.index for g in gpus], ids=[f"gpu{g.index}" for g in gpus], indirect=True)
+        ids = [f"gpu{g.index}" for g in gpus]
+        metafunc.parametrize("gpu", [g.index for g in gpus], ids=ids, indirect=True)
     else:
         metafunc.parametrize(
             "gpu", [None], ids=["no-driver" if ctx.nvml_error else "no-gpu"], indirect=True
@@ -494,9 +495,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     result.write(path)
 
 
-def pytest_terminal_summary(
-    terminalreporter: Any, exitstatus: int, config: pytest.Config
-) -> None:
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     records = _records(config)
     if not records:
         return
@@ -509,7 +508,8 @@ def pytest_terminal_summary(
             drv = f"driver {ctx.reading.driver_version}, {len(ctx.reading.gpus)} GPU(s)"
         else:
             drv = str(ctx.nvml_error)
-        head += f" on {ctx.node} ({drv}; require_gpu={ctx.require_gpu} from {ctx.require_gpu_source})"
+        req = f"require_gpu={ctx.require_gpu} from {ctx.require_gpu_source}"
+        head += f" on {ctx.node} ({drv}; {req})"
     terminalreporter.section("gpufleet summary", sep="-")
     write(f"{head}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     for status in ("fail", "warn"):
@@ -519,11 +519,14 @@ def pytest_terminal_summary(
     skips: dict[str, list[str]] = {}
     for r in records:
         if r.status == "skip":
-            reason = r.message.split(": ", 1)[1] if r.gpu and r.message.startswith("GPU ") else r.message
+            reason = r.message
+            if r.gpu and reason.startswith("GPU "):
+                reason = reason.split(": ", 1)[1]
             skips.setdefault(reason, []).append(r.name)
     for reason, names in skips.items():
         uniq = list(dict.fromkeys(names))
-        write(f"  SKIP x{len(names)} ({', '.join(uniq[:6])}{'...' if len(uniq) > 6 else ''}): {reason}")
+        more = "..." if len(uniq) > 6 else ""
+        write(f"  SKIP x{len(names)} ({', '.join(uniq[:6])}{more}): {reason}")
     json_path = config.getoption("gpufleet_json")
     if json_path:
         write(f"  JSON: {json_path}")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from conftest import Ctx, Emitter
+from typing import TYPE_CHECKING
 
 from gpufleet import health
 from gpufleet.nvml import GpuReading, NodeReading
+
+if TYPE_CHECKING:
+    from conftest import Ctx, Emitter
 
 
 def test_driver_loaded(node_reading: NodeReading, emit: Emitter) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from conftest import Ctx, Emitter
+from typing import TYPE_CHECKING
 
 from gpufleet import health, xid
 from gpufleet.nvml import GpuReading
+
+if TYPE_CHECKING:
+    from conftest import Ctx, Emitter
 
 
 def test_pcie_link(gpu: GpuReading, ctx: Ctx, emit: Emitter) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from conftest import Emitter
+from typing import TYPE_CHECKING
 
 from gpufleet import health
 from gpufleet.nvml import GpuReading
+
+if TYPE_CHECKING:
+    from conftest import Emitter
 
 
 def test_ecc_mode(gpu: GpuReading, emit: Emitter) -> None:

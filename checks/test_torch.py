@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from conftest import Ctx, Emitter
+from typing import TYPE_CHECKING
 
 from gpufleet import health
 from gpufleet.nodefacts import TorchFacts
 from gpufleet.nvml import GpuReading, NodeReading
+
+if TYPE_CHECKING:
+    from conftest import Ctx, Emitter
 
 
 def test_torch_cuda_available(

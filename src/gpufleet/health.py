@@ -388,7 +388,9 @@ def page_retirement(gpu: GpuReading) -> Record:
         return bad
     sbe, dbe, pending = gpu.retired_pages_sbe, gpu.retired_pages_dbe, gpu.retired_pages_pending
     if sbe is None and dbe is None and pending is None:
-        return _unsupported(PAGE_RETIREMENT, gpu, "page retirement (row remapping GPUs)")
+        return _unsupported(
+            PAGE_RETIREMENT, gpu, "page retirement (Ampere and newer use row remapping)"
+        )
     total = (sbe or 0) + (dbe or 0)
     value = {"single_bit": sbe, "double_bit": dbe, "pending": pending, "total": total}
     threshold = f"pending == False, total < {DCGM_RETIRED_PAGES_LIMIT}"
@@ -662,7 +664,8 @@ def arch_match(cc: tuple[int, int], arch_list: Iterable[str]) -> str | None:
     exactly X.Y; PTX ``compute_XY`` is JIT-compiled on any cc >= X.Y.
     """
     major, minor = cc
-    best: str | None = None
+    sass: list[tuple[int, str]] = []
+    ptx: list[tuple[tuple[int, int], str]] = []
     for arch in arch_list:
         m = re.fullmatch(r"(sm|compute)_(\d+)(\d)([af]?)", arch.strip())
         if not m:
@@ -672,10 +675,14 @@ def arch_match(cc: tuple[int, int], arch_list: Iterable[str]) -> str | None:
             if suffix == "a" and (amaj, amin) != cc:
                 continue
             if amaj == major and amin <= minor:
-                return f"SASS {arch}"
-        elif (amaj, amin) <= (major, minor) and best is None:
-            best = f"PTX {arch} (JIT-compiled at first use)"
-    return best
+                sass.append((amin, arch))
+        elif (amaj, amin) <= (major, minor):
+            ptx.append(((amaj, amin), arch))
+    if sass:
+        return f"SASS {max(sass)[1]}"
+    if ptx:
+        return f"PTX {max(ptx)[1]} (JIT-compiled at first use)"
+    return None
 
 
 def torch_arch(gpu: GpuReading, tf: TorchFacts) -> Record:

@@ -327,15 +327,21 @@ class PynvmlReader:
         except lib.NVMLError as exc:
             code = int(exc.value)
             text = NVML_ERROR_TEXT.get(code) or str(exc)
-            return GpuReading(index=index, error=f"{text} (NVML error {code})", error_code=code)
+            bus_id = ""
+            with suppress(lib.NVMLError):  # name the GPU if its PCI id is still readable
+                bus_id = _text(
+                    lib.nvmlDeviceGetPciInfo(lib.nvmlDeviceGetHandleByIndex(index)).busId
+                )
+            return GpuReading(
+                index=index, pci_bus_id=bus_id, error=f"{text} (NVML error {code})", error_code=code
+            )
 
     def _read_gpu(self, index: int) -> GpuReading:
         lib = self._lib()
         h = lib.nvmlDeviceGetHandleByIndex(index)
         opt = self._opt
         pci = lib.nvmlDeviceGetPciInfo(h)
-        bus_id = pci.busId
-        bus_id = bus_id.decode() if isinstance(bus_id, bytes) else str(bus_id)
+        bus_id = _text(pci.busId)
         ecc = opt(lambda: lib.nvmlDeviceGetEccMode(h))
         rows = opt(lambda: lib.nvmlDeviceGetRemappedRows(h))
         util = opt(lambda: lib.nvmlDeviceGetUtilizationRates(h))
@@ -413,6 +419,10 @@ class PynvmlReader:
             if int(exc.value) in ABSENT_CODES:
                 return None
             raise
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @contextmanager
