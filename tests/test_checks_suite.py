@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from checks_helpers import MANIFEST, RECORDINGS, SuiteRun, run_suite
 
 H100 = ("--gpufleet-manifest", str(MANIFEST))
@@ -210,9 +211,9 @@ def test_healthy_single_gpu_passes(tmp_path: Path) -> None:
     st = run.statuses()
     for name in ("ecc_mode", "ecc_uncorrectable_volatile", "row_remap", "nvlink"):
         assert st[(name, 0)] == "skip", name  # consumer GPU: counters not supported
-    assert "not supported on this GPU (NVIDIA GeForce RTX 4090)" in run.find("ecc_mode", 0)[
-        "message"
-    ]
+    assert (
+        "not supported on this GPU (NVIDIA GeForce RTX 4090)" in run.find("ecc_mode", 0)["message"]
+    )
     assert st[("torch_arch_list", 0)] == "pass"  # sm_89 runs sm_86 SASS
     assert "SASS sm_86" in run.find("torch_arch_list", 0)["message"]
 

@@ -475,7 +475,9 @@ def pcie_link(gpu: GpuReading, under_load: GpuReading | None = None) -> Record:
     """
     if (bad := gpu_unreadable(PCIE_LINK, gpu)) is not None:
         return bad
-    g = under_load if under_load is not None and under_load.error is None else gpu
+    if under_load is not None and under_load.error is not None:
+        under_load = None  # the re-read failed: judge the idle reading
+    g = under_load if under_load is not None else gpu
     cur_gen, max_gen = g.pcie_gen_current, g.pcie_gen_max
     cur_w, max_w = g.pcie_width_current, g.pcie_width_max
     if cur_gen is None or max_gen is None or cur_w is None or max_w is None:
@@ -821,7 +823,7 @@ def toolkit_from_plan(plan: Mapping[str, object]) -> str | None:
     for key in ("toolkit_prefix", "toolkit_package"):
         raw = plan.get(key)
         if isinstance(raw, str):
-            m = re.search(r"cuda-(\d+)[.-](\d+)", raw)
+            m = re.search(r"cuda-(?:toolkit-)?(\d+)[.-](\d+)$", raw.rstrip("/"))
             if m:
                 return f"{m[1]}.{m[2]}"
     return None
