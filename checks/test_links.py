@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from gpufleet import health, xid
 from gpufleet.nvml import GpuReading
+from gpufleet.results import Record
 
 if TYPE_CHECKING:
     from conftest import Ctx, Emitter
@@ -33,7 +34,7 @@ def test_xid_errors(ctx: Ctx, emit: Emitter) -> None:
     try:
         lines, source, now = ctx.kernel_log()
     except (xid.KernelLogUnavailable, OSError) as exc:
-        emit(health.Record(name=health.XID, status="skip", message=f"kernel log unreadable: {exc}"))
+        emit(Record(name=health.XID, status="skip", message=f"kernel log unreadable: {exc}"))
         return
     ctx.meta["kernel_log"] = source
     events = xid.recent(xid.parse(lines), now, window)

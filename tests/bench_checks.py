@@ -57,7 +57,7 @@ def main() -> int:
                 wall, suite, n, rc = one_run(rec, tmpdir)
                 walls.append(wall)
                 suites.append(suite)
-            worst = max(worst, max(walls))
+            worst = max(worst, *walls)
             print(
                 f"checks suite, healthy 8x H100 recording, {label}: {n} records, rc={rc}, "
                 f"wall median {statistics.median(walls):.2f} s (min {min(walls):.2f}, "

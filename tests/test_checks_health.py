@@ -77,6 +77,17 @@ def test_clock_event_reasons(mask: int, status: str) -> None:
     assert health.clock_event_reasons(replace(GPU, clock_event_reasons=mask)).status == status
 
 
+def test_nvlink_partial_fails_all_down_warns() -> None:
+    links = tuple((i, True) for i in range(18))
+    assert health.nvlink(replace(GPU, nvlink=links)).status == "pass"
+    assert health.nvlink(replace(GPU, nvlink=((*links[:17], (17, False))))).status == "fail"
+    all_down = tuple((i, False) for i in range(18))
+    rec = health.nvlink(replace(GPU, nvlink=all_down))
+    assert rec.status == "warn"
+    assert "fabricmanager" in rec.remedy
+    assert health.nvlink(GPU).status == "skip"
+
+
 def test_clock_reason_names_unknown_bits() -> None:
     assert health.clock_reason_names(0x1 | 0x1000) == ["GPU idle", "unknown 0x1000"]
 
@@ -156,7 +167,7 @@ def test_no_driver_records() -> None:
 def test_every_failure_names_gpu_value_threshold_remedy() -> None:
     bad = replace(
         GPU, persistence_mode=False, ecc_volatile_uncorrected=1, remapped_rows_failure=True,
-        pcie_width_current=4, nvlink=((0, False),), clock_event_reasons=0x40,
+        pcie_width_current=4, nvlink=((0, True), (1, False)), clock_event_reasons=0x40,
     )  # fmt: skip
     tf = replace(TF, arch_list=("sm_90",))
     for rec in (

@@ -522,6 +522,15 @@ def nvlink(gpu: GpuReading) -> Record:
         return _rec(NVLINK, "skip", "no NVLink on this GPU", gpu=gpu, value=0)
     down = [link for link, active in gpu.nvlink if not active]
     value = {"present": len(gpu.nvlink), "inactive": down}
+    if len(down) == len(gpu.nvlink):
+        return _rec(
+            NVLINK, "warn",
+            f"none of the {len(gpu.nvlink)} NVLink link(s) is active: a PCIe card without "
+            "an NVLink bridge, or the NVLink fabric is down.",
+            gpu=gpu, value=value, threshold="all present links active",
+            remedy="on HGX/NVSwitch systems start nvidia-fabricmanager (same version as the "
+            "driver) and check `nvidia-smi nvlink -s`; on PCIe cards fit the bridge or ignore",
+        )  # fmt: skip
     if down:
         return _rec(
             NVLINK, "fail",
