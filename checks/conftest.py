@@ -314,6 +314,18 @@ def get_ctx(config: pytest.Config) -> Ctx:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[RESULTS_KEY] = {}
+    # refuse bad input before collecting (exit 4, no reports): a missing or unreadable
+    # manifest or recording must not turn into a run that quietly checks nothing
+    for option in ("gpufleet_manifest", "nvml_recording"):
+        raw = config.getoption(option)
+        if raw:
+            flag = "--" + option.replace("_", "-")
+            try:
+                data = json.loads(Path(raw).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise pytest.UsageError(f"{flag} {raw}: {exc}") from exc
+            if not isinstance(data, dict):
+                raise pytest.UsageError(f"{flag} {raw}: not a JSON object")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from gpufleet import health
-from gpufleet.nodefacts import TorchFacts, parse_nvcc_release, visible_devices
+from gpufleet.nodefacts import TorchFacts, parse_nvcc_release, read_torch_facts, visible_devices
 from gpufleet.nvml import GpuReading, NodeReading, NvmlUnavailable
 from gpufleet.xid import XidEvent
 
@@ -207,3 +207,13 @@ def test_nodefacts_parsers() -> None:
     assert visible_devices({}) is None
     assert visible_devices({"CUDA_VISIBLE_DEVICES": ""}) == []
     assert visible_devices({"CUDA_VISIBLE_DEVICES": "0, 2"}) == ["0", "2"]
+
+
+def test_read_torch_facts_on_this_machine() -> None:
+    torch = pytest.importorskip("torch")
+    tf = read_torch_facts()
+    assert tf.version == torch.__version__
+    assert tf.cuda == torch.version.cuda
+    if torch.version.cuda is None:  # the CPU build of make setup
+        assert (tf.cuda_available, tf.device_count, tf.arch_list, tf.nccl) == (False, 0, (), None)
+        assert tf.error is None

@@ -4,11 +4,13 @@ message, and nothing else may fail or warn."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from checks_helpers import MANIFEST, RECORDINGS, SuiteRun, run_suite
+from gpufleet.results import load_result_file
 
 H100 = ("--gpufleet-manifest", str(MANIFEST))
 SINGLE = (*H100, "--expected-gpus", "1")
@@ -305,3 +307,32 @@ def test_json_and_junit_agree(tmp_path: Path) -> None:
     for rec in run.records:
         assert set(rec) >= {"node", "name", "status", "value", "threshold", "remedy", "gpu"}
         assert rec["node"] == "gpu-h100-01"
+    # the report side reads the same file through the results contract
+    loaded = load_result_file(tmp_path / "checks.json")
+    assert loaded.kind == "checks"
+    assert len(loaded.records) == len(run.records)
+    assert loaded.meta["driver"] == "570.133.20"
+    assert loaded.meta["require_gpu"] is True
+
+
+def test_missing_manifest_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match=r"no JSON written \(rc=4\)"):
+        run_suite(tmp_path, "--gpufleet-manifest", str(tmp_path / "nope.json"))
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(AssertionError, match=r"(?s)rc=4.*--nvml-recording .*bad.json"):
+        run_suite(tmp_path, "--nvml-recording", str(tmp_path / "bad.json"))
+
+
+def test_real_cpu_torch_against_gpu_recording(tmp_path: Path) -> None:
+    """Without a torch section the suite reads the real torch (a CPU build here)."""
+    data = json.loads((RECORDINGS / "healthy-h100x8.json").read_text())
+    del data["torch"]
+    rec_path = tmp_path / "real-torch.json"
+    rec_path.write_text(json.dumps(data))
+    run = run_suite(tmp_path, f"--nvml-recording={rec_path}", *H100)
+    rec = run.find("torch_cuda_available")
+    assert rec["status"] == "fail"
+    assert "CPU build" in rec["message"]
+    assert "install the planned CUDA wheel" in rec["remedy"]
+    assert run.find("torch_cuda_version")["status"] == "fail"  # None vs plan 12.8
+    assert run.data["meta"]["torch"].endswith("+cpu")
