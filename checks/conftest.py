@@ -25,6 +25,7 @@ from typing import Any, cast
 
 import pytest
 
+import gpufleet
 from gpufleet import health, nodefacts, xid
 from gpufleet.nvml import (
     GpuReading,
@@ -296,6 +297,13 @@ def _build_ctx(config: pytest.Config) -> Ctx:
         cuda_driver=None if ctx.reading is None else ctx.reading.cuda_driver_version_str,
         gpus=None if ctx.reading is None else len(ctx.reading.gpus),
         nvml_error=None if ctx.nvml_error is None else str(ctx.nvml_error),
+        gpufleet=gpufleet.__version__,
+        inventory=[]
+        if ctx.reading is None
+        else [
+            {"gpu": g.label, "name": g.name, "uuid": g.uuid, "error": g.error}
+            for g in ctx.reading.gpus
+        ],
     )
     return ctx
 
@@ -451,9 +459,10 @@ def _skip_reason(rep: pytest.TestReport) -> str:
     return str(lr)
 
 
-@pytest.hookimpl(wrapper=True)
+@pytest.hookimpl(hookwrapper=True)  # old-style wrapper: works with any pytest >= 7
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    rep: pytest.TestReport = yield
+    outcome = yield
+    rep: pytest.TestReport = outcome.get_result()
     results = item.config.stash[RESULTS_KEY]
     ctx = item.config.stash.get(CTX_KEY, None)
     node = "" if ctx is None else ctx.node
@@ -480,7 +489,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             message=f"error in teardown: {rep.longreprtext[-2000:]}",
             gpu=_gpu_label(item, ctx),
         )
-    return rep
 
 
 def _records(config: pytest.Config) -> list[Record]:

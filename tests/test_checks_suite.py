@@ -313,6 +313,12 @@ def test_json_and_junit_agree(tmp_path: Path) -> None:
     assert len(loaded.records) == len(run.records)
     assert loaded.meta["driver"] == "570.133.20"
     assert loaded.meta["require_gpu"] is True
+    assert loaded.meta["inventory"][3] == {
+        "gpu": "3 (00000000:5D:00.0)",
+        "name": "NVIDIA H100 80GB HBM3",
+        "uuid": "GPU-6a2b1f0e-0000-4000-8000-000000000003",
+        "error": None,
+    }
 
 
 def test_missing_manifest_is_a_usage_error(tmp_path: Path) -> None:
