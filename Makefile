@@ -67,7 +67,7 @@ CHECKS_REQUIRE_OPT = $(if $(strip $(REQUIRE_GPU)),$(if $(filter 1 true yes on,$(
 .PHONY: check
 check: setup ## node health checks here (NVML, torch): $(CHECKS_OUT)/checks.{xml,json}; REQUIRE_GPU=1|0
 	@mkdir -p $(CHECKS_OUT)
-	PYTHONPATH=src $(BIN)/python -m pytest checks -p no:cacheprovider \
+	PYTHONPATH=src $(BIN)/python -m pytest -c checks/pytest.ini checks -p no:cacheprovider \
 		--junitxml=$(CHECKS_OUT)/checks.xml --gpufleet-json=$(CHECKS_OUT)/checks.json \
 		$(CHECKS_REQUIRE_OPT) $(CHECKS_ARGS)
 

@@ -28,7 +28,8 @@ BUDGET_S = 10.0
 def one_run(recording: Path, out: Path) -> tuple[float, float, int, int]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     cmd = [
-        sys.executable, "-m", "pytest", str(REPO / "checks"), "-q", "-p", "no:cacheprovider",
+        sys.executable, "-m", "pytest", "-c", str(REPO / "checks" / "pytest.ini"),
+        str(REPO / "checks"), "-q", "-p", "no:cacheprovider",
         f"--nvml-recording={recording}", f"--gpufleet-manifest={MANIFEST}",
         f"--junitxml={out / 'checks.xml'}", f"--gpufleet-json={out / 'checks.json'}",
     ]  # fmt: skip

@@ -49,7 +49,8 @@ def run_suite(tmp: Path, *args: str, env: dict[str, str] | None = None) -> Suite
     full_env.update(env or {})
     proc = subprocess.run(
         [
-            sys.executable, "-m", "pytest", str(REPO / "checks"), "-p", "no:cacheprovider",
+            sys.executable, "-m", "pytest", "-c", str(REPO / "checks" / "pytest.ini"),
+            str(REPO / "checks"), "-p", "no:cacheprovider",
             f"--gpufleet-json={out_json}", f"--junitxml={out_xml}", *args,
         ],
         capture_output=True, text=True, env=full_env, cwd=tmp, timeout=300, check=False,
