@@ -254,3 +254,42 @@ def test_cuda_int_to_str() -> None:
     assert nvml.cuda_int_to_str(13000) == "13.0"
     assert nvml.cuda_int_to_str(11080) == "11.8"
     assert nvml.cuda_int_to_str(None) is None
+
+
+# ------------------------------------------------------------------ the real reader path
+
+
+FAKE_PYNVML = REPO / "tests" / "fixtures" / "fake_pynvml"
+
+
+def test_suite_through_pynvml_reader(tmp_path: Path) -> None:
+    """No recording: the suite's real path (PynvmlReader → health) over a stand-in pynvml."""
+    env = {"PYTHONPATH": f"{FAKE_PYNVML}:{REPO / 'src'}"}
+    run = run_suite(tmp_path, "--node=fake-a100", "--no-pcie-load", env=env)
+    assert run.data["meta"]["driver"] == "550.54.15"
+    assert run.data["meta"]["cuda_driver"] == "12.4"
+    assert run.data["mode"] == "gpu"
+    assert run.find("driver_loaded")["status"] == "pass"
+    assert run.find("persistence_mode", 0)["status"] == "pass"
+    remap = run.find("row_remap", 1)
+    assert remap["status"] == "fail"
+    assert remap["gpu"] == "1 (00000000:47:00.0)"
+    assert "row remap is pending" in remap["message"]
+    link = run.find("nvlink", 1)
+    assert link["status"] == "fail"
+    assert "1 of 12 NVLink" in link["message"]
+    assert run.find("nvlink", 0)["status"] == "pass"
+    pcie = run.find("pcie_link", 0)
+    assert pcie["status"] == "warn"
+    assert "idle downshift, re-check under load" in pcie["message"]
+    assert run.find("page_retirement", 0)["status"] == "skip"
+    assert run.rc == 1
+
+
+def test_suite_through_pynvml_reader_init_error(tmp_path: Path) -> None:
+    env = {"PYTHONPATH": f"{FAKE_PYNVML}:{REPO / 'src'}", "FAKE_PYNVML_INIT_ERROR": "9"}
+    run = run_suite(tmp_path, "--no-require-gpu", env=env)
+    assert run.rc == 0
+    rec = run.find("driver_loaded")
+    assert rec["status"] == "skip"
+    assert rec["message"] == "no NVIDIA driver (NVIDIA kernel driver not loaded)"
