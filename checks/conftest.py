@@ -146,8 +146,10 @@ class Ctx:
         opt = self.opt("expected_gpus")
         if opt is not None:
             return int(opt)
-        raw = self.manifest.get("gpus_expected")
-        return raw if isinstance(raw, int) and raw > 0 else None
+        raw = self.manifest.get("gpus_expected")  # an int; null, 0 or "all" mean all
+        if isinstance(raw, str) and raw.strip().isdigit():
+            raw = int(raw)
+        return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else None
 
     # -- facts (a recording replays every one; absent sections mean "not present")
     def torch(self) -> nodefacts.TorchFacts:
@@ -258,8 +260,9 @@ def _build_ctx(config: pytest.Config) -> Ctx:
     opt = config.getoption("gpufleet_require_gpu")
     if opt is not None:
         require, source = bool(opt), "option"
-    elif "require_gpu" in manifest:
-        require, source = bool(manifest["require_gpu"]), "manifest"
+    elif manifest.get("require_gpu") is not None:
+        raw = manifest["require_gpu"]  # a templated manifest may carry "true"/"False"
+        require, source = (raw if isinstance(raw, bool) else _truthy(raw)), "manifest"
     elif os.environ.get("GPUFLEET_REQUIRE_GPU", "") != "":
         require, source = _truthy(os.environ["GPUFLEET_REQUIRE_GPU"]), "env"
     else:

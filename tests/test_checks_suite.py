@@ -342,3 +342,38 @@ def test_real_cpu_torch_against_gpu_recording(tmp_path: Path) -> None:
     assert "install the planned CUDA wheel" in rec["remedy"]
     assert run.find("torch_cuda_version")["status"] == "fail"  # None vs plan 12.8
     assert run.data["meta"]["torch"].endswith("+cpu")
+
+
+@pytest.mark.parametrize(
+    ("require", "expected", "rc", "status"),
+    [
+        ("False", "8", 0, "skip"),  # strings from a templated manifest
+        ("true", "all", 1, "fail"),
+        (None, None, 0, "skip"),  # null: fall through to env / default false
+    ],
+)
+def test_manifest_values_are_read_robustly(
+    tmp_path: Path, require: str | None, expected: str | None, rc: int, status: str
+) -> None:
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"node": "n1", "require_gpu": require,
+                                    "gpus_expected": expected}))  # fmt: skip
+    run = run_suite(
+        tmp_path, f"--nvml-recording={RECORDINGS}/no-driver.json",
+        f"--gpufleet-manifest={manifest}",
+    )  # fmt: skip
+    assert run.rc == rc, run.out
+    assert run.find("gpu_count")["status"] == status
+    assert run.data["node"] == "n1"
+
+
+def test_manifest_gpus_expected_string(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"gpus_expected": "7"}))
+    run = run_suite(
+        tmp_path, f"--nvml-recording={RECORDINGS}/healthy-h100x8.json",
+        f"--gpufleet-manifest={manifest}",
+    )  # fmt: skip
+    rec = run.find("gpu_count")
+    assert rec["status"] == "fail"
+    assert "expected 7" in rec["message"]
