@@ -218,9 +218,8 @@ class Ctx:
 
 def _busy_reread(ctx: Ctx, gpu: GpuReading) -> GpuReading | None:
     tf = ctx.torch()
-    key = xid.pci_key(gpu.pci_bus_id)
-    tidx = next((i for i, b in enumerate(tf.pci_bus_ids) if xid.pci_key(b) == key), None)
-    if not tf.cuda_available or tidx is None:
+    tidx = nodefacts.torch_index_for(gpu.pci_bus_id, tf)
+    if tidx is None:
         return None
     try:
         import torch  # noqa: PLC0415

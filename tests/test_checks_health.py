@@ -8,7 +8,13 @@ from datetime import datetime, timezone
 import pytest
 
 from gpufleet import health
-from gpufleet.nodefacts import TorchFacts, parse_nvcc_release, read_torch_facts, visible_devices
+from gpufleet.nodefacts import (
+    TorchFacts,
+    parse_nvcc_release,
+    read_torch_facts,
+    torch_index_for,
+    visible_devices,
+)
 from gpufleet.nvml import GpuReading, NodeReading, NvmlUnavailable
 from gpufleet.xid import XidEvent
 
@@ -217,3 +223,12 @@ def test_read_torch_facts_on_this_machine() -> None:
     if torch.version.cuda is None:  # the CPU build of make setup
         assert (tf.cuda_available, tf.device_count, tf.arch_list, tf.nccl) == (False, 0, (), None)
         assert tf.error is None
+
+
+def test_torch_index_for_maps_by_pci_bus_id() -> None:
+    tf = replace(TF, device_count=2, pci_bus_ids=("0000:b7:00.0", "0000:3b:00.0"))
+    assert torch_index_for("00000000:3B:00.0", tf) == 1  # CUDA order differs from NVML's
+    assert torch_index_for("00000000:B7:00.0", tf) == 0
+    assert torch_index_for("00000000:18:00.0", tf) is None  # hidden by CUDA_VISIBLE_DEVICES
+    assert torch_index_for("", tf) is None
+    assert torch_index_for("00000000:3B:00.0", replace(tf, cuda_available=False)) is None

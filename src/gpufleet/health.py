@@ -30,7 +30,7 @@ from gpufleet.nvml import (
     cuda_int_to_str,
 )
 from gpufleet.results import Record, Status
-from gpufleet.xid import XidEvent
+from gpufleet.xid import XidEvent, pci_key
 
 # ---------------------------------------------------------------- thresholds (named, sourced)
 #: DCGM: fail when retired pages (single-bit + double-bit) reach this many.
@@ -595,8 +595,6 @@ def xid_errors(
     source: str = "",
 ) -> Record:
     """Critical Xids inside the window fail; other Xids are listed but pass."""
-    from gpufleet.xid import pci_key  # noqa: PLC0415 (local: keeps the import list short)
-
     by_pci = {pci_key(g.pci_bus_id): g for g in gpus if g.pci_bus_id}
     critical = [e for e in events if e.critical]
     threshold = f"no critical Xid in the last {window_hours:g} h"

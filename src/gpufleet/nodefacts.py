@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufleet.xid import pci_key
+
 NVCC_DEFAULT = Path("/usr/local/cuda/bin/nvcc")
 NVIDIA_PCI_VENDOR = "0x10de"
 #: PCI classes of GPUs: 0x0300 VGA controller, 0x0302 3D controller (NVSwitches are 0x0680).
@@ -93,6 +95,20 @@ def read_torch_facts() -> TorchFacts:
         pci_bus_ids=tuple(buses),
         error=error,
     )
+
+
+def torch_index_for(pci_bus_id: str, tf: TorchFacts) -> int | None:
+    """The torch device index of the GPU at ``pci_bus_id`` (NVML spelling), or None.
+
+    NVML enumerates in PCI order, CUDA fastest-first unless CUDA_DEVICE_ORDER=PCI_BUS_ID,
+    and CUDA_VISIBLE_DEVICES renumbers: only the PCI bus id maps one to the other.
+    """
+    if not tf.cuda_available:
+        return None
+    key = pci_key(pci_bus_id)
+    if key is None:
+        return None
+    return next((i for i, bus in enumerate(tf.pci_bus_ids) if pci_key(bus) == key), None)
 
 
 def _nccl_int(v: int) -> str:
