@@ -39,8 +39,9 @@ from gpufleet.nvml import (
 from gpufleet.results import Record, ResultFile
 
 DEFAULT_MANIFEST = Path("/etc/gpufleet/manifest.json")
-#: Seconds of matmul + host-to-device copies used to wake an idle PCIe link before re-reading.
-PCIE_LOAD_SECONDS = 0.2
+#: Seconds of matmul + host-to-device copies used to wake an idle PCIe link before
+#: re-reading it (a second, longer try when the first leaves the link low).
+PCIE_LOAD_SECONDS = (0.2, 1.0)
 TRUTHY = {"1", "true", "yes", "on"}
 
 
@@ -111,6 +112,7 @@ class Ctx:
     started: float = field(default_factory=time.time)
     meta: dict[str, Any] = field(default_factory=dict)
     _torch: nodefacts.TorchFacts | None = None
+    _under_load: dict[int, GpuReading] | None = None
 
     # -- plan values (options override the manifest)
     @property
@@ -211,32 +213,67 @@ class Ctx:
             if not self.reader.has_after_load(gpu.index):
                 return None
             return self.reader.reread_gpu(gpu.index)
-        if self.opt("no_pcie_load"):
+        if self.opt("no_pcie_load") or self.reading is None:
             return None
-        return _busy_reread(self, gpu)
+        if self._under_load is None:
+            idle = [g for g in self.reading.gpus if _idle_downshifted(g)]
+            self._under_load = _busy_reread_all(self, idle)
+        return self._under_load.get(gpu.index)
 
 
-def _busy_reread(ctx: Ctx, gpu: GpuReading) -> GpuReading | None:
+def _idle_downshifted(gpu: GpuReading) -> bool:
+    first = health.pcie_link(gpu)
+    return first.status == "warn" and "idle downshift" in first.message
+
+
+def _busy_reread_all(ctx: Ctx, gpus: list[GpuReading]) -> dict[int, GpuReading]:
+    """Load these GPUs together with torch and re-read NVML while their queues are busy.
+
+    All GPUs are loaded at once (one short load per node, not per GPU). GPUs still below
+    max after the first load get a second, longer one, so a slow upshift is not a fault.
+    Returns the re-reads by NVML index; GPUs torch cannot reach are left out.
+    """
     tf = ctx.torch()
-    tidx = nodefacts.torch_index_for(gpu.pci_bus_id, tf)
-    if tidx is None:
-        return None
+    targets = {
+        g.index: i for g in gpus if (i := nodefacts.torch_index_for(g.pci_bus_id, tf)) is not None
+    }
+    readings: dict[int, GpuReading] = {}
+    if not targets:
+        return readings
     try:
         import torch  # noqa: PLC0415
 
-        dev = torch.device("cuda", tidx)
-        a = torch.randn(2048, 2048, device=dev)
-        host = torch.empty(16 << 20, dtype=torch.uint8).pin_memory()
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < PCIE_LOAD_SECONDS:
-            _ = a @ a
-            _ = host.to(dev, non_blocking=True)
-        reading = ctx.reader.reread_gpu(gpu.index)  # read while the queue is still busy
-        torch.cuda.synchronize(dev)
-        return reading
+        work = {}
+        for index, tidx in targets.items():
+            dev = torch.device("cuda", tidx)
+            work[index] = (
+                dev,
+                torch.randn(2048, 2048, device=dev),
+                torch.empty(16 << 20, dtype=torch.uint8).pin_memory(),
+            )
+        pending = set(targets)
+        for seconds in PCIE_LOAD_SECONDS:
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < seconds:
+                for index in pending:
+                    dev, a, host = work[index]
+                    _ = a @ a
+                    _ = host.to(dev, non_blocking=True)
+            for index in pending:  # read while the queues are still busy
+                readings[index] = ctx.reader.reread_gpu(index)
+            for index in pending:
+                torch.cuda.synchronize(work[index][0])
+            pending = {
+                i for i in pending
+                if readings[i].error is None
+                and readings[i].pcie_gen_current != readings[i].pcie_gen_max
+            }  # fmt: skip
+            if not pending:
+                break
+        ctx.meta["pcie_load_rechecks"] = [g.label for g in gpus if g.index in readings]
     except Exception as exc:  # a failing load must not crash the PCIe check
-        ctx.meta.setdefault("pcie_load_errors", []).append(f"GPU {gpu.label}: {exc}")
-        return None
+        ctx.meta.setdefault("pcie_load_errors", []).append(str(exc))
+    return readings
 
 
 def _truthy(value: object) -> bool:

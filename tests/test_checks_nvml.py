@@ -293,3 +293,26 @@ def test_suite_through_pynvml_reader_init_error(tmp_path: Path) -> None:
     rec = run.find("driver_loaded")
     assert rec["status"] == "skip"
     assert rec["message"] == "no NVIDIA driver (NVIDIA kernel driver not loaded)"
+
+
+FAKE_TORCH = REPO / "tests" / "fixtures" / "fake_torch"
+
+
+@pytest.mark.parametrize("slow", [False, True], ids=["fast-upshift", "slow-upshift"])
+def test_pcie_idle_downshift_is_rechecked_under_load(tmp_path: Path, slow: bool) -> None:
+    """Idle GPUs at Gen1 are loaded through (fake) torch and pass at Gen4 under load."""
+    env = {"PYTHONPATH": f"{FAKE_PYNVML}:{FAKE_TORCH}:{REPO / 'src'}"}
+    if slow:
+        env["FAKE_TORCH_SLOW_UPSHIFT"] = "1"
+    run = run_suite(tmp_path, "--node=fake-a100", "--expected-gpus=2", env=env)
+    for index in (0, 1):
+        rec = run.find("pcie_link", index)
+        assert rec["status"] == "pass", rec
+        assert "Gen4 x16, max Gen4 x16 under load" in rec["message"]
+    assert run.data["meta"]["pcie_load_rechecks"] == [
+        "0 (00000000:07:00.0)",
+        "1 (00000000:47:00.0)",
+    ]
+    assert "pcie_load_errors" not in run.data["meta"]
+    assert run.find("torch_arch_list", 0)["status"] == "pass"
+    assert run.find("torch_device_count")["status"] == "pass"
