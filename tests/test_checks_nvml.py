@@ -316,3 +316,21 @@ def test_pcie_idle_downshift_is_rechecked_under_load(tmp_path: Path, slow: bool)
     assert "pcie_load_errors" not in run.data["meta"]
     assert run.find("torch_arch_list", 0)["status"] == "pass"
     assert run.find("torch_device_count")["status"] == "pass"
+
+
+@no_driver_here
+def test_full_recording_replays_through_the_suite(tmp_path: Path) -> None:
+    rec = tmp_path / "node.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpufleet.nvml", "--full", "--record", str(rec)],
+        capture_output=True, text=True, check=False, env={"PYTHONPATH": str(REPO / "src")},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(rec.read_text())
+    assert data["nvml"]["error"] == 12
+    assert set(data) >= {"torch", "proc_modules", "pci_nvidia_gpus", "nvcc", "kernel_log"}
+    assert data["torch"]["cuda_available"] is False
+    run = run_suite(tmp_path, f"--nvml-recording={rec}", "--no-require-gpu")
+    assert run.rc == 0, run.out
+    assert run.find("driver_loaded")["status"] == "skip"
+    assert run.data["meta"]["torch"] == data["torch"]["version"]

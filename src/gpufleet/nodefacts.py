@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.xid import pci_key
+from gpufleet.xid import KernelLogUnavailable, pci_key, read_kernel_log
 
 NVCC_DEFAULT = Path("/usr/local/cuda/bin/nvcc")
 NVIDIA_PCI_VENDOR = "0x10de"
@@ -179,3 +179,34 @@ def visible_devices(env: Mapping[str, str] | None = None) -> list[str] | None:
     if raw is None:
         return None
     return [p.strip() for p in raw.split(",") if p.strip()]
+
+
+def record_facts(kernel_log_hours: float = 24.0) -> dict[str, Any]:
+    """The non-NVML sections of a recording (see docs/checks.md), read from this machine.
+
+    Only NVRM lines of the kernel log are kept (Xids and driver messages, nothing else).
+    """
+    tf = read_torch_facts()
+    nvcc = nvcc_path(None)
+    try:
+        lines, _ = read_kernel_log(kernel_log_hours)
+    except KernelLogUnavailable:
+        lines = []
+    return {
+        "torch": {
+            "version": tf.version,
+            "cuda": tf.cuda,
+            "cuda_available": tf.cuda_available,
+            "device_count": tf.device_count,
+            "arch_list": list(tf.arch_list),
+            "nccl": tf.nccl,
+            "capabilities": [list(c) for c in tf.capabilities],
+            "pci_bus_ids": list(tf.pci_bus_ids),
+            "error": tf.error,
+        },
+        "proc_modules": list(loaded_modules()),
+        "pci_nvidia_gpus": pci_nvidia_gpus(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "nvcc": None if nvcc is None else {"path": str(nvcc), "release": nvcc_release(nvcc)},
+        "kernel_log": [line for line in lines if "NVRM" in line],
+    }

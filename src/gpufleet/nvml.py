@@ -458,12 +458,24 @@ def record_node(reader: NvmlReader) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gpufleet.nvml [--record FILE]``: print or save this node's readings."""
+    """``python -m gpufleet.nvml [--record FILE] [--full]``: print or save this node's
+    readings; exit 1 when NVML cannot start."""
     parser = argparse.ArgumentParser(prog="python -m gpufleet.nvml", description=main.__doc__)
     parser.add_argument("--record", metavar="FILE", help="write a recording to FILE")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="also record the other facts the checks read (torch, kernel modules, nvcc, "
+        "NVIDIA GPUs on the PCI bus, CUDA_VISIBLE_DEVICES, NVRM kernel log lines), so the "
+        "whole suite can replay this node with --nvml-recording",
+    )
     args = parser.parse_args(argv)
     with open_reader() as reader:
         data = record_node(reader)
+    if args.full:
+        from gpufleet.nodefacts import record_facts  # noqa: PLC0415 (imports torch)
+
+        data.update(record_facts())
     text = json.dumps(data, indent=2) + "\n"
     if args.record:
         Path(args.record).write_text(text, encoding="utf-8")
