@@ -55,3 +55,24 @@ matrix: setup ## regenerate the support matrix in README.md from the compatibili
 lock: setup ## refresh requirements/constraints.txt from the current .venv
 	{ echo '# Full pin set for the controller venv (make setup). Regenerate with: make lock'; \
 	  $(BIN)/python -m pip freeze --exclude-editable | grep -v '^torch=='; } > requirements/constraints.txt
+
+# --- checks ---
+# Node health checks (checks/, docs/checks.md). REQUIRE_GPU= empty: manifest require_gpu,
+# else env GPUFLEET_REQUIRE_GPU, else false; REQUIRE_GPU=1 fails every GPU check without a
+# driver, REQUIRE_GPU=0 skips them. CHECKS_ARGS passes more options (--expected-gpus 8 ...).
+CHECKS_OUT  ?= reports/local
+REQUIRE_GPU ?=
+CHECKS_ARGS ?=
+BENCH_RUNS  ?= 5
+CHECKS_REQUIRE_OPT = $(if $(strip $(REQUIRE_GPU)),$(if $(filter 1 true yes on,$(REQUIRE_GPU)),--require-gpu,--no-require-gpu))
+
+.PHONY: check
+check: setup ## node health checks here (NVML, torch): $(CHECKS_OUT)/checks.{xml,json}; REQUIRE_GPU=1|0
+	@mkdir -p $(CHECKS_OUT)
+	PYTHONPATH=src $(BIN)/python -m pytest -c checks/pytest.ini checks -p no:cacheprovider \
+		--junitxml=$(CHECKS_OUT)/checks.xml --gpufleet-json=$(CHECKS_OUT)/checks.json \
+		$(CHECKS_REQUIRE_OPT) $(CHECKS_ARGS)
+
+.PHONY: bench-checks
+bench-checks: setup ## time the checks suite on the healthy 8-GPU recording (budget 10 s)
+	$(BIN)/python tests/bench_checks.py --runs $(BENCH_RUNS)
