@@ -52,7 +52,7 @@ else
 fi
 
 rc=0
-timeout -k 10 240 "$PY" -m pytest checks/ -p no:cacheprovider -rA "${mopt[@]}" --require-gpu \
+timeout -k 10 240 "$PY" -m pytest -c checks/pytest.ini checks/ -p no:cacheprovider -rA "${mopt[@]}" --require-gpu \
   --gpufleet-json="$OUT/checks.json" --junitxml="$OUT/checks.xml" >"$OUT/checks.log" 2>&1 || rc=1
 tail -40 "$OUT/checks.log"
 timeout -k 10 420 "$PY" -m pytest smoke_tests/ -p no:cacheprovider -rA \
