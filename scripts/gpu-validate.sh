@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Single-node GPU validation: node checks (checks/) and smoke tests (smoke_tests/) on the
 # GPUs of this machine, with the machine's own python3 (torch + nvidia-ml-py installed).
-# Writes env.txt, checks.{json,xml,log}, smoke.{json,xml,log} under $OUT (default
+# Writes env.txt, node-nvml.json, checks.{json,xml,log}, smoke.{json,xml,log} under $OUT (default
 # reports/gpu-validation). Exit status: non-zero when either suite failed.
 #
 #   scripts/gpu-validate.sh            # on any GPU node with torch in python3
@@ -35,10 +35,12 @@ variant=$("$PY" -c 'import torch; v=torch.version.cuda; print("cu"+v.replace("."
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1 | tr -d ' ')
 archs=$("$PY" -c 'import torch; print(",".join("sm_%d%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())))')
 ngpu=$("$PY" -c 'import torch; print(torch.cuda.device_count())')
-manifest="$OUT/manifest.json"
+manifest=$(mktemp --suffix=.json)
+planfile=$(mktemp --suffix=.json)
 if "$PY" -m gpufleet plan --torch "$torch_ver" --cuda "$variant" --driver "$driver" \
-    --gpu-arch "$archs" --json >"$OUT/plan.json" 2>>"$OUT/env.txt"; then
-  "$PY" - "$OUT/plan.json" "$manifest" "$variant" "$ngpu" <<'PY'
+    --gpu-arch "$archs" --json >"$planfile" 2>>"$OUT/env.txt"; then
+  cat "$planfile" >>"$OUT/env.txt"
+  "$PY" - "$planfile" "$manifest" "$variant" "$ngpu" <<'PY'
 import json, socket, sys
 plan = json.load(open(sys.argv[1]))
 json.dump({"schema": 1, "node": socket.gethostname(), "plan": plan,
@@ -51,6 +53,9 @@ else
   mopt=()
 fi
 
+# A replayable NVML recording of this node (tests/fixtures/nvml can take it as a fixture).
+timeout -k 5 60 "$PY" -m gpufleet.nvml --full --record "$OUT/node-nvml.json" >>"$OUT/env.txt" 2>&1 || true
+
 rc=0
 timeout -k 10 240 "$PY" -m pytest -c checks/pytest.ini checks/ -p no:cacheprovider -rA "${mopt[@]}" --require-gpu \
   --gpufleet-json="$OUT/checks.json" --junitxml="$OUT/checks.xml" >"$OUT/checks.log" 2>&1 || rc=1
@@ -58,5 +63,5 @@ tail -40 "$OUT/checks.log"
 timeout -k 10 420 "$PY" -m pytest smoke_tests/ -p no:cacheprovider -rA \
   --gpufleet-json="$OUT/smoke.json" --junitxml="$OUT/smoke.xml" >"$OUT/smoke.log" 2>&1 || rc=1
 tail -60 "$OUT/smoke.log"
-rm -f "$OUT/plan.json"
+rm -f "$planfile" "$manifest"
 exit $rc
