@@ -25,8 +25,11 @@ from ansible_collections.gpufleet.core.plugins.module_utils.nvidia import (
     ChoiceError,
     driver_choice,
     el_target,
+    stale_versionlock_entries,
+    versionlock_entries,
 )
 from ansible_collections.gpufleet.core.plugins.module_utils.preflight import (
+    disk_rows,
     preflight_problems,
 )
 
@@ -164,4 +167,7 @@ class FilterModule:
             "el_target": el_target_filter,
             "nvidia_driver_choice": nvidia_driver_choice,
             "preflight_problems": preflight_problems_filter,
+            "preflight_disks": disk_rows,
+            "nvidia_versionlock_entries": versionlock_entries,
+            "nvidia_stale_versionlock_entries": stale_versionlock_entries,
         }

@@ -217,7 +217,7 @@ def driver_choice(
         "module": "nvidia-driver",
         "stream": None,
         "packages": [],
-        "versionlock": el_major >= 10,
+        "versionlock": el_major >= 10 and bool(branch),
         "dkms": dkms,
         "gcc_cxx": dkms and flavor == "open",
     }
@@ -255,8 +255,45 @@ def driver_choice(
     return out
 
 
-def versionlock_patterns(choice):
-    """Patterns whose installed versions are held by versionlock on EL10."""
-    if not choice.get("versionlock"):
-        return []
-    return ["*nvidia*"]
+_LOCKABLE = re.compile(r"nvidia|^cuda-drivers")
+
+
+def versionlock_entries(choice, installed):
+    """Raw versionlock entries that hold the driver branch on EL10.
+
+    ``installed``: lines "NAME VERSION" (rpm -qa --qf '%{NAME} %{VERSION}\n'). Every installed
+    NVIDIA driver package of the chosen branch gets "NAME-BRANCH.*": updates inside the branch
+    stay allowed, another branch is excluded. Returns the sorted entries.
+    """
+    branch = choice.get("branch") or ""
+    wanted = []
+    if choice.get("versionlock") and branch:
+        for line in installed if isinstance(installed, list) else str(installed).splitlines():
+            parts = line.split()
+            if len(parts) != 2:
+                continue
+            name, version = parts
+            if _LOCKABLE.search(name) and version.startswith(branch + "."):
+                wanted.append("%s-%s.*" % (name, branch))
+    return sorted(set(wanted))
+
+
+def stale_versionlock_entries(locklist, branch, wanted=None):
+    """Lock entries for NVIDIA driver packages that would block or no longer match the hold.
+
+    Before the install (``wanted`` None): entries of another branch (or all NVIDIA entries when
+    following the newest branch). After it: also entries not in ``wanted`` (flavour switched).
+    """
+    out = []
+    suffix = "-%s.*" % branch if branch else None
+    for line in locklist if isinstance(locklist, list) else str(locklist).splitlines():
+        entry = line.strip()
+        if not entry or entry.startswith("#") or entry.startswith("!"):
+            continue
+        if not _LOCKABLE.search(entry):
+            continue
+        if suffix is None or not entry.endswith(suffix) or (
+            wanted is not None and entry not in wanted
+        ):
+            out.append(entry)
+    return out

@@ -100,3 +100,17 @@ def preflight_problems(obs):
                             "free space on the file system holding %s, or lower %s"
                             % (d.get("path"), d.get("variable"))))
     return out
+
+
+def disk_rows(results):
+    """Loop results of the df probe -> [{path, required_mb, variable, free_mb}]."""
+    rows = []
+    for r in results or []:
+        if r.get("skipped"):
+            continue
+        item = dict(r.get("item") or {})
+        out = str(r.get("stdout") or "").strip()
+        item["free_mb"] = int(out) if r.get("rc") == 0 and out.isdigit() else None
+        item["required_mb"] = int(item.get("required_mb") or 0)
+        rows.append(item)
+    return rows
