@@ -34,9 +34,11 @@ test: setup ## run the project's own tests (unit, role rendering, CPU smoke test
 	$(BIN)/python -m pytest tests
 
 .PHONY: lint
+PY_DIRS = $(wildcard src tests checks smoke_tests testbed collections)
+
 lint: setup ## ansible-lint (production profile), yamllint, ruff, mypy, syntax checks
-	$(BIN)/ruff check src tests checks smoke_tests collections
-	$(BIN)/ruff format --check src tests checks smoke_tests collections
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/mypy
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production
