@@ -97,8 +97,8 @@ def _refusals(planmod):
 
 def _make(args):
     planmod = _planner()
-    plan = planmod.make_plan(planmod.PlanRequest(**args))
-    return plan.to_dict()
+    request = planmod.PlanRequest(**args)
+    return dict(planmod.make_plan(request).to_dict())
 
 
 def plan(data=None, **kwargs):
