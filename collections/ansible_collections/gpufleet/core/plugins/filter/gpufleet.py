@@ -43,7 +43,7 @@ def _planner():
         raise AnsibleFilterError(
             "gpufleet.core.plan needs the gpufleet package on the controller "
             "(run `make setup` and use .venv/bin/ansible-playbook): %s" % exc
-        )
+        ) from exc
     return planmod
 
 
@@ -107,7 +107,8 @@ def plan(data=None, **kwargs):
     try:
         return _make(args)
     except _refusals(planmod) as exc:
-        raise AnsibleFilterError(str(exc))
+        # the planner's paragraph, verbatim and without a chained traceback
+        raise AnsibleFilterError(str(exc)) from None
 
 
 def plan_check(data=None, **kwargs):
@@ -122,16 +123,14 @@ def plan_check(data=None, **kwargs):
 def _device_dict(dev):
     if hasattr(dev, "to_dict"):
         return dict(dev.to_dict())
-    return {
-        k: getattr(dev, k, None) for k in ("pci", "name", "codename", "arch", "family")
-    }
+    return {k: getattr(dev, k, None) for k in ("pci", "name", "codename", "arch", "family")}
 
 
 def gpus_from_lspci(text):
     try:
         from gpufleet.gpuarch import parse_lspci
     except ImportError as exc:  # pragma: no cover
-        raise AnsibleFilterError("gpufleet.core.gpus_from_lspci needs gpufleet: %s" % exc)
+        raise AnsibleFilterError("gpufleet.core.gpus_from_lspci needs gpufleet: %s" % exc) from exc
     if isinstance(text, (list, tuple)):
         text = "\n".join(str(t) for t in text)
     return [_device_dict(d) for d in parse_lspci(str(text or ""))]
@@ -141,17 +140,31 @@ def el_target_filter(distribution, major, arch, release=""):
     return el_target(distribution, major, arch, release)
 
 
-def nvidia_driver_choice(plan_dict, el_major, flavor="", branch="", packaging="dkms",
-                         compute_only=False, packages=None, errors="strict"):
+def nvidia_driver_choice(
+    plan_dict,
+    el_major,
+    flavor="",
+    branch="",
+    packaging="dkms",
+    compute_only=False,
+    packages=None,
+    errors="strict",
+):
     """errors='strict' raises AnsibleFilterError; errors='return' returns {'error': {...}}."""
     try:
-        return driver_choice(plan_dict, el_major, flavor=flavor, branch=branch,
-                             packaging=packaging, compute_only=compute_only,
-                             packages=packages or None)
+        return driver_choice(
+            plan_dict,
+            el_major,
+            flavor=flavor,
+            branch=branch,
+            packaging=packaging,
+            compute_only=compute_only,
+            packages=packages or None,
+        )
     except ChoiceError as exc:
         if errors == "return":
             return {"error": {"variable": exc.variable, "message": exc.message}}
-        raise AnsibleFilterError("%s: %s" % (exc.variable, exc.message))
+        raise AnsibleFilterError("%s: %s" % (exc.variable, exc.message)) from None
 
 
 def preflight_problems_filter(obs):

@@ -111,7 +111,7 @@ class DnfCli:
         rc, out, err = self._run([self.rpm, "-qa", "--qf", RPM_QF])
         if rc != 0:
             raise DnfCliError("rpm -qa failed: %s" % (err or out).strip())
-        return set(line.strip() for line in out.splitlines() if line.strip())
+        return {line.strip() for line in out.splitlines() if line.strip()}
 
     def installed(self, spec):
         """True when an installed package matches the name / NEVRA / glob / provide spec."""
@@ -137,8 +137,11 @@ class DnfCli:
             raise DnfCliError("no module %s in the enabled repositories" % name)
         enabled = sorted(s for s, f in streams.items() if "e" in f)
         disabled = any("x" in f for f in streams.values())
-        return {"streams": sorted(streams), "enabled": enabled[0] if enabled else None,
-                "disabled": disabled}
+        return {
+            "streams": sorted(streams),
+            "enabled": enabled[0] if enabled else None,
+            "disabled": disabled,
+        }
 
     def updates_available(self, names, base):
         rc, out, err = self._run([self.dnf, "-q"] + base + ["check-update"] + names)
@@ -155,7 +158,9 @@ class DnfCli:
         if rc != 0:
             raise DnfCliError(
                 "%s failed (rc=%d): %s" % (" ".join(argv), rc, (err or out).strip()[-4000:]),
-                rc=rc, stdout=out, stderr=err,
+                rc=rc,
+                stdout=out,
+                stderr=err,
             )
         return out, err
 
@@ -182,9 +187,17 @@ class DnfCli:
         if p.get("update_cache") and not self.check_mode:
             self._run([self.dnf, "-q"] + base + ["makecache", "--refresh"])
 
-        result = {"changed": False, "msg": "", "module_before": None, "module_after": None,
-                  "installed": [], "removed": [], "commands": self.commands, "to_install": [],
-                  "to_remove": []}
+        result = {
+            "changed": False,
+            "msg": "",
+            "module_before": None,
+            "module_after": None,
+            "installed": [],
+            "removed": [],
+            "commands": self.commands,
+            "to_install": [],
+            "to_remove": [],
+        }
         msgs = []
         before_db = None
 
@@ -192,7 +205,9 @@ class DnfCli:
         action = p.get("module_action") or "enable"
         if module_spec:
             if action not in MODULE_ACTIONS:
-                raise DnfCliError("module_action=%r: one of %s" % (action, ", ".join(MODULE_ACTIONS)))
+                raise DnfCliError(
+                    "module_action=%r: one of %s" % (action, ", ".join(MODULE_ACTIONS))
+                )
             mname, stream = split_module_spec(module_spec)
             if action != "reset" and not stream:
                 raise DnfCliError("module_action=%s needs module_stream NAME:STREAM" % action)
@@ -247,12 +262,11 @@ class DnfCli:
                         before_db = self.rpmdb()
                     self._change(write + ["install"] + missing)
                     msgs.append("installed %s" % ", ".join(missing))
-                if state == "latest" and present:
-                    if self.updates_available(present, base):
-                        if before_db is None and not self.check_mode:
-                            before_db = self.rpmdb()
-                        self._change(write + ["upgrade"] + present)
-                        msgs.append("upgraded %s" % ", ".join(present))
+                if state == "latest" and present and self.updates_available(present, base):
+                    if before_db is None and not self.check_mode:
+                        before_db = self.rpmdb()
+                    self._change(write + ["upgrade"] + present)
+                    msgs.append("upgraded %s" % ", ".join(present))
             else:
                 installed = [n for n in names if self.installed(n)]
                 result["to_remove"] = installed

@@ -144,7 +144,9 @@ def driver_choice(
     plan = plan or {}
     el_major = int(el_major)
     if el_major not in SUPPORTED_MAJORS:
-        raise ChoiceError("ansible_distribution_major_version", "EL %d has no driver path" % el_major)
+        raise ChoiceError(
+            "ansible_distribution_major_version", "EL %d has no driver path" % el_major
+        )
     if packaging not in PACKAGINGS:
         raise ChoiceError(
             "nvidia_driver_packaging",
@@ -243,9 +245,15 @@ def driver_choice(
                 "precompiled kmod streams (EL10 has no dnf modularity); use dkms",
             )
         if flavor == "open":
-            pkgs = ["nvidia-driver-cuda", "kmod-nvidia-open-dkms"] if compute_only else ["nvidia-open"]
+            pkgs = (
+                ["nvidia-driver-cuda", "kmod-nvidia-open-dkms"] if compute_only else ["nvidia-open"]
+            )
         else:
-            pkgs = ["nvidia-driver-cuda", "kmod-nvidia-latest-dkms"] if compute_only else ["cuda-drivers"]
+            pkgs = (
+                ["nvidia-driver-cuda", "kmod-nvidia-latest-dkms"]
+                if compute_only
+                else ["cuda-drivers"]
+            )
         if branch:
             # NVIDIA driver packages carry the driver version (epoch 3): hold the branch.
             pkgs = ["%s-%s.*" % (p, branch) for p in pkgs]
@@ -292,8 +300,10 @@ def stale_versionlock_entries(locklist, branch, wanted=None):
             continue
         if not _LOCKABLE.search(entry):
             continue
-        if suffix is None or not entry.endswith(suffix) or (
-            wanted is not None and entry not in wanted
+        if (
+            suffix is None
+            or not entry.endswith(suffix)
+            or (wanted is not None and entry not in wanted)
         ):
             out.append(entry)
     return out
