@@ -82,7 +82,7 @@ def preflight_problems(obs):
         out.append(
             _msg(
                 node,
-                "gpufleet_torch_version / gpufleet_cuda_variant",
+                "gpufleet_torch_version / gpufleet_cuda_variant / gpufleet_python_version",
                 "the planner refused this node: " + obs["plan_error"],
                 "choose one of the combinations the planner names",
             )
