@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from roles_driver_helpers import ansible_playbook
 
 PLAN = {
@@ -196,7 +197,7 @@ def _play(out: Path) -> list[dict[str, Any]]:
                     {
                         "name": f"{cid} ok",
                         "ansible.builtin.set_fact": {
-                            "r": "{{ r | combine({'%s': 'NO-ERROR'}) }}" % cid
+                            "r": "{{ r | combine({'" + cid + "': 'NO-ERROR'}) }}"
                         },
                     },
                 ],
@@ -204,8 +205,8 @@ def _play(out: Path) -> list[dict[str, Any]]:
                     {
                         "name": f"{cid} failed",
                         "ansible.builtin.set_fact": {
-                            "r": "{{ r | combine({'%s': ansible_failed_result.msg | default('?') "
-                            "| string}) }}" % cid
+                            "r": "{{ r | combine({'" + cid + "': ansible_failed_result.msg "
+                            "| default('?') | string}) }}"
                         },
                     },
                 ],

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from roles_driver_helpers import REPO, ansible_playbook
 
 NVIDIA_FPR = "610C7B14E068A878070DA4E99CD0A493D42D0685"
