@@ -67,8 +67,14 @@ def pkg(
 
 
 def ansible_playbook(
-    playbook: Path, *args: str, env: dict[str, str] | None = None, timeout: int = 180
+    playbook: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: int = 180,
+    interpreter: bool = True,
 ) -> subprocess.CompletedProcess[str]:
+    """Run a play against localhost (local connection); ``interpreter`` passes the venv's
+    Python as ansible_python_interpreter (extra var: nothing can override it)."""
     full_env = dict(os.environ)
     full_env.update(
         {
@@ -90,8 +96,7 @@ def ansible_playbook(
             "localhost,",
             "-c",
             "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
+            *(["-e", f"ansible_python_interpreter={sys.executable}"] if interpreter else []),
             str(playbook),
             *args,
         ],
