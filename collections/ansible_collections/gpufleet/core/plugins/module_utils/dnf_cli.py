@@ -126,7 +126,7 @@ class DnfCli:
         return rc == 0
 
     def module_state(self, name, base):
-        rc, out, err = self._run([self.dnf, "-q"] + base + ["module", "list", name])
+        rc, out, err = self._run([self.dnf, "-q", "-y"] + base + ["module", "list", name])
         if rc != 0:
             raise DnfCliError(
                 "dnf module list %s failed (is the repository that carries module %s "
@@ -144,7 +144,7 @@ class DnfCli:
         }
 
     def updates_available(self, names, base):
-        rc, out, err = self._run([self.dnf, "-q"] + base + ["check-update"] + names)
+        rc, out, err = self._run([self.dnf, "-q", "-y"] + base + ["check-update"] + names)
         if rc not in (0, 100):
             raise DnfCliError("dnf check-update failed: %s" % (err or out).strip())
         return rc == 100
@@ -185,7 +185,7 @@ class DnfCli:
         if p.get("allowerasing"):
             write.append("--allowerasing")
         if p.get("update_cache") and not self.check_mode:
-            self._run([self.dnf, "-q"] + base + ["makecache", "--refresh"])
+            self._run([self.dnf, "-q", "-y"] + base + ["makecache", "--refresh"])
 
         result = {
             "changed": False,
