@@ -64,6 +64,19 @@ def rpm(args: list[str]) -> int:
     state["calls"].append(["rpm", *args])
     save(state)
     inst = state["installed"]
+    if args[:1] == ["--import"]:
+        with open(args[1], encoding="utf-8") as fh:
+            state.setdefault("keys", []).append(fh.read())
+        save(state)
+        return 0
+    if args[:2] == ["-q", "gpg-pubkey"]:
+        keys = state.get("keys", [])
+        if not keys:
+            print("package gpg-pubkey is not installed")
+            return 1
+        if "--qf" in args:
+            sys.stdout.write("".join(keys))
+        return 0
     if args[:1] == ["-qa"]:
         rest = args[1:]
         if rest[:1] == ["--qf"]:
@@ -139,6 +152,20 @@ def dnf(args: list[str]) -> int:
     cmd, rest = words[0], words[1:]
     mods = state["modules"]
     if cmd == "makecache":
+        return 0
+    repos = state.setdefault("repos", {})
+    if cmd == "repolist":
+        print("repo id          repo name                 status")
+        for rid, enabled in repos.items():
+            print(f"{rid:<16} {rid} repository    {'enabled' if enabled else 'disabled'}")
+        return 0
+    if cmd == "config-manager" and "--set-enabled" in opts:
+        for rid in rest:
+            if rid not in repos:
+                print(f"Error: No matching repo to modify: {rid}.", file=sys.stderr)
+                return 1
+            repos[rid] = True
+        save(state)
         return 0
     if cmd == "module":
         sub, rest = rest[0], rest[1:]
