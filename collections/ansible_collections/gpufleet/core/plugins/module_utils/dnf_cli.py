@@ -1,0 +1,297 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache-2.0
+"""Drive the dnf command line with real idempotency (the logic behind gpufleet.core.dnf_cli).
+
+Why: ansible-core >= 2.17 cannot use EL8's platform Python 3.6, and EL8's dnf Python
+bindings exist only for 3.6, so ``ansible.builtin.dnf`` cannot manage EL8 from the pinned
+ansible-core. The dnf and rpm *commands* work from any interpreter.
+
+Idempotency: the rpm database and ``dnf module list`` are queried first; dnf runs only when
+something is missing / enabled differently; ``changed`` is computed by comparing the rpm
+database (NEVRAs) and the module state before and after, so a dnf run that did nothing
+reports no change. GPG checking is never weakened: no option of this module adds
+``--nogpgcheck`` or ``gpgcheck=0``.
+
+``runner(argv) -> (rc, stdout, stderr)`` is injected so that tests drive fake dnf/rpm
+executables. Python 3.8 compatible.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+import re
+
+__metaclass__ = type
+
+STATES = ("present", "absent", "latest")
+MODULE_ACTIONS = ("enable", "switch-to", "reset")
+_REL = re.compile(r"^\s*(\S+)\s*(==|=|<=|>=|<|>)\s*(\S+)\s*$")
+_GLOB = re.compile(r"[*?\[]")
+_FLAG = re.compile(r"^(\[[a-z]\])+$")
+_STREAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+RPM_QF = "%{NAME}-%{EPOCHNUM}:%{VERSION}-%{RELEASE}.%{ARCH}\\n"
+FORBIDDEN = ("--nogpgcheck", "gpgcheck=0", "gpgcheck=false", "gpgcheck=False")
+
+
+class DnfCliError(Exception):
+    def __init__(self, msg, **extra):
+        super(DnfCliError, self).__init__(msg)
+        self.msg = msg
+        self.extra = extra
+
+
+def normalize_spec(spec):
+    """'kernel-devel-uname-r == 4.18.0-553.el8.x86_64' -> 'kernel-devel-uname-r = 4.18...'."""
+    spec = str(spec).strip()
+    m = _REL.match(spec)
+    if m:
+        op = "=" if m.group(2) == "==" else m.group(2)
+        return "%s %s %s" % (m.group(1), op, m.group(3))
+    return spec
+
+
+def is_relation(spec):
+    return _REL.match(spec) is not None
+
+
+def is_glob(spec):
+    return _GLOB.search(spec) is not None
+
+
+def parse_module_list(text, name):
+    """Parse `dnf module list NAME` output -> {stream: set(flags)} for module NAME.
+
+    Flags: d (default), e (enabled), x (disabled), i (installed).
+    """
+    streams = {}
+    for line in text.splitlines():
+        tokens = line.split()
+        if len(tokens) < 2 or tokens[0] != name:
+            continue
+        stream = tokens[1]
+        flags = set()
+        for tok in tokens[2:]:
+            if not _FLAG.match(tok):
+                break
+            flags.update(re.findall(r"\[([a-z])\]", tok))
+        streams.setdefault(stream, set()).update(flags)
+    return streams
+
+
+def split_module_spec(spec):
+    """'nvidia-driver:580-open' -> ('nvidia-driver', '580-open'); 'nvidia-driver' -> (.., None)."""
+    spec = str(spec).strip()
+    if spec.startswith("@"):
+        spec = spec[1:]
+    name, _, stream = spec.partition(":")
+    stream = stream.split("/")[0] or None
+    if not name or not _STREAM.match(name) or (stream is not None and not _STREAM.match(stream)):
+        raise DnfCliError("module_stream %r is not NAME or NAME:STREAM" % spec)
+    return name, stream
+
+
+class DnfCli:
+    """One invocation: optional module stream step, then packages."""
+
+    def __init__(self, runner, check_mode=False, dnf="dnf", rpm="rpm"):
+        self.runner = runner
+        self.check_mode = check_mode
+        self.dnf = dnf
+        self.rpm = rpm
+        self.commands = []  # argv of every state-changing command run (or planned in check mode)
+
+    # -- queries (read-only, also run in check mode) ---------------------------------------
+    def _run(self, argv):
+        for arg in argv:
+            if any(f in arg for f in FORBIDDEN):
+                raise DnfCliError("refusing to run %r: GPG checking is never disabled" % arg)
+        return self.runner(argv)
+
+    def rpmdb(self):
+        rc, out, err = self._run([self.rpm, "-qa", "--qf", RPM_QF])
+        if rc != 0:
+            raise DnfCliError("rpm -qa failed: %s" % (err or out).strip())
+        return {line.strip() for line in out.splitlines() if line.strip()}
+
+    def installed(self, spec):
+        """True when an installed package matches the name / NEVRA / glob / provide spec."""
+        if is_glob(spec) and not is_relation(spec):
+            rc, out, _ = self._run([self.rpm, "-qa", spec])
+            return rc == 0 and bool(out.strip())
+        if not is_relation(spec) and not spec.startswith("/"):
+            rc, _, _ = self._run([self.rpm, "-q", spec])
+            if rc == 0:
+                return True
+        rc, _, _ = self._run([self.rpm, "-q", "--whatprovides", spec])
+        return rc == 0
+
+    def module_state(self, name, base):
+        rc, out, err = self._run([self.dnf, "-q", "-y"] + base + ["module", "list", name])
+        if rc != 0:
+            raise DnfCliError(
+                "dnf module list %s failed (is the repository that carries module %s "
+                "configured?): %s" % (name, name, (err or out).strip())
+            )
+        streams = parse_module_list(out, name)
+        if not streams:
+            raise DnfCliError("no module %s in the enabled repositories" % name)
+        enabled = sorted(s for s, f in streams.items() if "e" in f)
+        disabled = any("x" in f for f in streams.values())
+        return {
+            "streams": sorted(streams),
+            "enabled": enabled[0] if enabled else None,
+            "disabled": disabled,
+        }
+
+    def updates_available(self, names, base):
+        rc, out, err = self._run([self.dnf, "-q", "-y"] + base + ["check-update"] + names)
+        if rc not in (0, 100):
+            raise DnfCliError("dnf check-update failed: %s" % (err or out).strip())
+        return rc == 100
+
+    # -- changes ---------------------------------------------------------------------------
+    def _change(self, argv):
+        self.commands.append(argv)
+        if self.check_mode:
+            return "", ""
+        rc, out, err = self._run(argv)
+        if rc != 0:
+            raise DnfCliError(
+                "%s failed (rc=%d): %s" % (" ".join(argv), rc, (err or out).strip()[-4000:]),
+                rc=rc,
+                stdout=out,
+                stderr=err,
+            )
+        return out, err
+
+    def base_opts(self, p):
+        opts = []
+        for repo in p.get("disablerepo") or []:
+            opts.append("--disablerepo=%s" % repo)
+        for repo in p.get("enablerepo") or []:
+            opts.append("--enablerepo=%s" % repo)
+        if p.get("install_weak_deps") is False:
+            opts.append("--setopt=install_weak_deps=False")
+        return opts
+
+    def run(self, p):
+        """p: module parameters. Returns the result dict (changed, msg, ...)."""
+        state = p.get("state") or "present"
+        if state not in STATES:
+            raise DnfCliError("state=%r: one of %s" % (state, ", ".join(STATES)))
+        names = [normalize_spec(n) for n in (p.get("name") or []) if str(n).strip()]
+        base = self.base_opts(p)
+        write = [self.dnf, "-y"] + base
+        if p.get("allowerasing"):
+            write.append("--allowerasing")
+        if p.get("update_cache") and not self.check_mode:
+            self._run([self.dnf, "-q", "-y"] + base + ["makecache", "--refresh"])
+
+        result = {
+            "changed": False,
+            "msg": "",
+            "module_before": None,
+            "module_after": None,
+            "installed": [],
+            "removed": [],
+            "commands": self.commands,
+            "to_install": [],
+            "to_remove": [],
+        }
+        msgs = []
+        before_db = None
+
+        module_spec = p.get("module_stream")
+        action = p.get("module_action") or "enable"
+        if module_spec:
+            if action not in MODULE_ACTIONS:
+                raise DnfCliError(
+                    "module_action=%r: one of %s" % (action, ", ".join(MODULE_ACTIONS))
+                )
+            mname, stream = split_module_spec(module_spec)
+            if action != "reset" and not stream:
+                raise DnfCliError("module_action=%s needs module_stream NAME:STREAM" % action)
+            st = self.module_state(mname, base)
+            result["module_before"] = st["enabled"]
+            if action != "reset" and stream not in st["streams"]:
+                raise DnfCliError(
+                    "module %s has no stream %s (available: %s)"
+                    % (mname, stream, ", ".join(st["streams"]))
+                )
+            if before_db is None and not self.check_mode:
+                before_db = self.rpmdb()
+            if action == "reset":
+                if st["enabled"] or st["disabled"]:
+                    self._change(write + ["module", "reset", mname])
+                    msgs.append("module %s reset" % mname)
+            elif st["enabled"] == stream:
+                pass
+            elif st["enabled"] is None:
+                if st["disabled"]:
+                    self._change(write + ["module", "reset", mname])
+                self._change(write + ["module", "enable", "%s:%s" % (mname, stream)])
+                msgs.append("module %s:%s enabled" % (mname, stream))
+            elif action == "enable":
+                raise DnfCliError(
+                    "module %s has stream %s enabled, not %s: use module_action: switch-to "
+                    "(with allowerasing when the flavour changes)" % (mname, st["enabled"], stream)
+                )
+            else:
+                self._change(write + ["module", "switch-to", "%s:%s" % (mname, stream)])
+                msgs.append("module %s switched %s -> %s" % (mname, st["enabled"], stream))
+            if self.check_mode:
+                result["module_after"] = None if action == "reset" else stream
+            else:
+                after = self.module_state(mname, base)
+                result["module_after"] = after["enabled"]
+                if action != "reset" and after["enabled"] != stream:
+                    raise DnfCliError(
+                        "module %s: stream %s is still not enabled after dnf ran (enabled: %s)"
+                        % (mname, stream, after["enabled"])
+                    )
+                if after["enabled"] != st["enabled"] or (st["disabled"] and not after["disabled"]):
+                    result["changed"] = True
+
+        if names:
+            if state in ("present", "latest"):
+                missing = [n for n in names if not self.installed(n)]
+                present = [n for n in names if n not in missing]
+                result["to_install"] = missing
+                if missing:
+                    if before_db is None and not self.check_mode:
+                        before_db = self.rpmdb()
+                    self._change(write + ["install"] + missing)
+                    msgs.append("installed %s" % ", ".join(missing))
+                if state == "latest" and present and self.updates_available(present, base):
+                    if before_db is None and not self.check_mode:
+                        before_db = self.rpmdb()
+                    self._change(write + ["upgrade"] + present)
+                    msgs.append("upgraded %s" % ", ".join(present))
+            else:
+                installed = [n for n in names if self.installed(n)]
+                result["to_remove"] = installed
+                if installed:
+                    if before_db is None and not self.check_mode:
+                        before_db = self.rpmdb()
+                    self._change(write + ["remove"] + installed)
+                    msgs.append("removed %s" % ", ".join(installed))
+
+        if self.check_mode:
+            result["changed"] = bool(self.commands)
+        elif before_db is not None:
+            after_db = self.rpmdb()
+            result["installed"] = sorted(after_db - before_db)
+            result["removed"] = sorted(before_db - after_db)
+            if result["installed"] or result["removed"]:
+                result["changed"] = True
+            if state in ("present", "latest"):
+                still = [n for n in result["to_install"] if not self.installed(n)]
+                if still:
+                    raise DnfCliError(
+                        "dnf finished but %s is still not installed" % ", ".join(still),
+                        commands=self.commands,
+                    )
+        if not msgs:
+            msgs.append("nothing to do")
+        result["msg"] = ("would: " if self.check_mode and self.commands else "") + "; ".join(msgs)
+        return result

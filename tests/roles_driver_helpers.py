@@ -1,0 +1,109 @@
+"""Helpers for the roles-driver tests: import the in-repo collection, fake dnf/rpm, run plays."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+COLLECTIONS = REPO / "collections"
+FAKES = Path(__file__).resolve().parent / "fakes"
+VENV_BIN = Path(sys.executable).parent
+
+
+def install_collection_finder() -> None:
+    """Make `ansible_collections.gpufleet.core...` importable the way Ansible does it."""
+    from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
+
+    if any(type(f).__name__ == "_AnsibleCollectionFinder" for f in sys.meta_path):
+        return
+    _AnsibleCollectionFinder(paths=[str(COLLECTIONS)], scan_sys_paths=True)._install()
+
+
+def fake_pm(tmp_path: Path, state: dict[str, Any]) -> tuple[Path, Path]:
+    """Create bin/dnf and bin/rpm (symlinks to fake_pm.py) and the state file."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name in ("dnf", "rpm"):
+        link = bindir / name
+        if not link.exists():
+            link.symlink_to(FAKES / "fake_pm.py")
+    state = {"installed": [], "available": [], "modules": {}, "calls": [], **state}
+    path = tmp_path / "pm-state.json"
+    path.write_text(json.dumps(state), encoding="utf-8")
+    return bindir, path
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def pkg(
+    name: str,
+    version: str,
+    *,
+    release: str = "1.el9",
+    arch: str = "x86_64",
+    epoch: int = 0,
+    provides: list[str] | None = None,
+    module: str | None = None,
+    stream: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "version": version,
+        "release": release,
+        "arch": arch,
+        "epoch": epoch,
+        "provides": provides or [],
+        "module": module,
+        "stream": stream,
+    }
+
+
+def ansible_playbook(
+    playbook: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: int = 180,
+    interpreter: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run a play against localhost (local connection); ``interpreter`` passes the venv's
+    Python as ansible_python_interpreter (extra var: nothing can override it)."""
+    full_env = dict(os.environ)
+    full_env.update(
+        {
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+            "ANSIBLE_RETRY_FILES_ENABLED": "0",
+            "ANSIBLE_LOCALHOST_WARNING": "0",
+            "PATH": f"{VENV_BIN}{os.pathsep}{full_env.get('PATH', '')}",
+        }
+    )
+    full_env.update(env or {})
+    return subprocess.run(
+        [
+            str(VENV_BIN / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            *(["-e", f"ansible_python_interpreter={sys.executable}"] if interpreter else []),
+            str(playbook),
+            *args,
+        ],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

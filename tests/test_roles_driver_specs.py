@@ -1,0 +1,250 @@
+"""Argument specs and input checks of python_bootstrap, preflight, nvidia_driver, cuda_toolkit.
+
+One ansible-playbook run against localhost executes every case in its own block/rescue and
+writes what each case ended with (the failure message, or NO-ERROR); the tests read that file.
+Bad input must fail before any change, with a message that names the variable.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from roles_driver_helpers import ansible_playbook
+
+PLAN = {
+    "torch": "2.13.0",
+    "variant": "cu130",
+    "cuda": "13.0",
+    "toolkit_package": "cuda-toolkit-13-0",
+    "toolkit_prefix": "/usr/local/cuda-13.0",
+    "min_driver": "580",
+    "driver_branch": "580",
+    "driver_branch_max": None,
+    "driver_flavor": "open",
+    "gpu_archs": ["sm_80"],
+    "expected_build": "2.13.0+cu130",
+}
+CPU_PLAN = {
+    **PLAN,
+    "variant": "cpu",
+    "cuda": None,
+    "toolkit_package": None,
+    "toolkit_prefix": None,
+    "driver_branch": None,
+    "driver_flavor": None,
+}
+EL7 = {
+    "ID": "centos",
+    "VERSION_ID": "7",
+    "NAME": "CentOS Linux",
+    "GPUFLEET_ARCH": "x86_64",
+    "GPUFLEET_KERNEL": "3.10.0-1160.el7.x86_64",
+}
+
+# id: (role, vars, words that must all appear in the message; None = must succeed)
+CASES: dict[str, tuple[str, dict[str, Any], list[str] | None]] = {
+    # nvidia_driver: argument spec
+    "driver_reboot_value": (
+        "nvidia_driver",
+        {"nvidia_driver_reboot": "sometimes"},
+        ["nvidia_driver_reboot", "auto, never"],
+    ),
+    "driver_unknown_flavor": (
+        "nvidia_driver",
+        {"nvidia_driver_flavor": "nouveau"},
+        ["nvidia_driver_flavor", "open, proprietary"],
+    ),
+    "driver_packaging": (
+        "nvidia_driver",
+        {"nvidia_driver_packaging": "rpm"},
+        ["nvidia_driver_packaging", "dkms, precompiled"],
+    ),
+    "driver_retries_type": (
+        "nvidia_driver",
+        {"nvidia_driver_install_retries": "many"},
+        ["nvidia_driver_install_retries", "int"],
+    ),
+    "driver_epel_bool": (
+        "nvidia_driver",
+        {"nvidia_driver_manage_epel": "perhaps"},
+        ["nvidia_driver_manage_epel", "bool"],
+    ),
+    "driver_packages_type": (
+        "nvidia_driver",
+        {"nvidia_driver_packages": {"a": 1}},
+        ["nvidia_driver_packages", "list"],
+    ),
+    "driver_repo_gpgcheck_bool": (
+        "nvidia_driver",
+        {"gpufleet_cuda_repo_repo_gpgcheck": "sure"},
+        ["gpufleet_cuda_repo_repo_gpgcheck", "bool"],
+    ),
+    # nvidia_driver: checks after the spec (format, plan present)
+    "driver_branch_format": (
+        "nvidia_driver",
+        {"nvidia_driver_branch": "58"},
+        ["nvidia_driver_branch=58", "three digits"],
+    ),
+    "driver_needs_plan": (
+        "nvidia_driver",
+        {"gpufleet_plan": None},
+        ["gpufleet_plan is not set", "preflight"],
+    ),
+    "driver_disabled_ok": ("nvidia_driver", {"nvidia_driver_install": False}, None),
+    "driver_cpu_plan_ok": ("nvidia_driver", {"gpufleet_plan": CPU_PLAN}, None),
+    # preflight
+    "preflight_torch_malformed": (
+        "preflight",
+        {"gpufleet_torch_version": "2.13"},
+        ["gpufleet_torch_version=2.13", "X.Y.Z"],
+    ),
+    "preflight_variant_malformed": (
+        "preflight",
+        {"gpufleet_cuda_variant": "cu12"},
+        ["gpufleet_cuda_variant=cu12", "cuXXX"],
+    ),
+    "preflight_python_malformed": (
+        "preflight",
+        {"gpufleet_python_version": "311"},
+        ["gpufleet_python_version=311"],
+    ),
+    "preflight_free_mb_type": (
+        "preflight",
+        {"preflight_env_free_mb": "lots"},
+        ["preflight_env_free_mb", "int"],
+    ),
+    "preflight_allow_no_gpu_bool": (
+        "preflight",
+        {"gpufleet_allow_no_gpu": "perhaps"},
+        ["gpufleet_allow_no_gpu", "bool"],
+    ),
+    "preflight_plan_driver_choice": (
+        "preflight",
+        {"preflight_plan_installed_driver": "often"},
+        ["preflight_plan_installed_driver", "auto, always, never"],
+    ),
+    "preflight_archs_type": (
+        "preflight",
+        {"gpufleet_gpu_archs": {"sm": 80}},
+        ["gpufleet_gpu_archs", "list"],
+    ),
+    # preflight on this (Debian) controller and on an EL7 os-release: refused with reasons
+    "preflight_refuses_non_el": (
+        "preflight",
+        {},
+        ["localhost:", "not Enterprise Linux", "[ansible_distribution]"],
+    ),
+    "preflight_refuses_el7": (
+        "preflight",
+        {"gpufleet_os_release": EL7},
+        [
+            "localhost:",
+            "end of life",
+            "glibc",
+            "ansible-core",
+            "torch==2.6.0",
+            "[gpufleet_torch_version]",
+        ],
+    ),
+    # cuda_toolkit
+    "toolkit_install_bool": (
+        "cuda_toolkit",
+        {"cuda_toolkit_install": "yes please"},
+        ["cuda_toolkit_install", "bool"],
+    ),
+    "toolkit_extra_type": (
+        "cuda_toolkit",
+        {"cuda_toolkit_extra_packages": {"a": 1}},
+        ["cuda_toolkit_extra_packages", "list"],
+    ),
+    "toolkit_cpu_skips": ("cuda_toolkit", {"gpufleet_plan": CPU_PLAN}, None),
+    "toolkit_needs_plan": ("cuda_toolkit", {"gpufleet_plan": None}, ["gpufleet_plan is not set"]),
+    # python_bootstrap
+    "bootstrap_timeout_type": (
+        "python_bootstrap",
+        {"python_bootstrap_timeout": "long"},
+        ["python_bootstrap_timeout", "int"],
+    ),
+    "bootstrap_install_bool": (
+        "python_bootstrap",
+        {"python_bootstrap_install": "maybe"},
+        ["python_bootstrap_install", "bool"],
+    ),
+    "bootstrap_non_el_untouched": ("python_bootstrap", {}, None),
+}
+
+
+def _play(out: Path) -> list[dict[str, Any]]:
+    tasks: list[dict[str, Any]] = [{"name": "start", "ansible.builtin.set_fact": {"r": {}}}]
+    for cid, (role, vars_, _) in CASES.items():
+        role_vars = {"gpufleet_plan": PLAN, **vars_}
+        if role_vars["gpufleet_plan"] is None:
+            del role_vars["gpufleet_plan"]
+        tasks.append(
+            {
+                "name": f"case {cid}",
+                "block": [
+                    {
+                        "name": f"{cid} role",
+                        "ansible.builtin.include_role": {"name": role},
+                        "vars": role_vars,
+                    },
+                    {
+                        "name": f"{cid} ok",
+                        "ansible.builtin.set_fact": {
+                            "r": "{{ r | combine({'" + cid + "': 'NO-ERROR'}) }}"
+                        },
+                    },
+                ],
+                "rescue": [
+                    {
+                        "name": f"{cid} failed",
+                        "ansible.builtin.set_fact": {
+                            "r": "{{ r | combine({'" + cid + "': ansible_failed_result.msg "
+                            "| default('?') | string}) }}"
+                        },
+                    },
+                ],
+            }
+        )
+    tasks.append(
+        {
+            "name": "write",
+            "ansible.builtin.copy": {
+                "content": "{{ r | to_json }}",
+                "dest": str(out),
+                "mode": "0644",
+            },
+        }
+    )
+    return [{"hosts": "localhost", "gather_facts": False, "tasks": tasks}]
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    tmp = tmp_path_factory.mktemp("specs")
+    out = tmp / "outcomes.json"
+    play = tmp / "specs.yml"
+    play.write_text(yaml.safe_dump(_play(out), sort_keys=False), encoding="utf-8")
+    res = ansible_playbook(play, timeout=300)
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-2000:]
+    data: dict[str, str] = json.loads(out.read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.mark.ansible
+@pytest.mark.parametrize("cid", list(CASES))
+def test_case(outcomes: dict[str, str], cid: str) -> None:
+    _, _, words = CASES[cid]
+    msg = outcomes[cid]
+    if words is None:
+        assert msg == "NO-ERROR"
+    else:
+        assert msg != "NO-ERROR", f"{cid}: bad input was accepted"
+        for w in words:
+            assert w in msg, f"{cid}: {w!r} not in {msg!r}"
