@@ -222,3 +222,27 @@ def env_file_lines(values: Mapping[str, object]) -> list[str]:
             raise NetConfigError(f"value of {key} ({value!r}) must not need shell quoting")
         lines.append(f"{key}={value}")
     return lines
+
+
+def peer_addresses(
+    hostvars: Mapping[str, Any], hosts: Iterable[str], cidr: str
+) -> dict[str, Any]:
+    """Cluster address of each host: its ``gpufleet_cluster_address`` when set, else derived
+    from its gathered facts. Returns ``{"addresses": {host: address}, "missing": [host]}``;
+    a host is missing when it has neither (unreachable, or facts not gathered yet).
+    """
+    found: dict[str, str] = {}
+    missing: list[str] = []
+    for host in hosts:
+        hv = hostvars[host]
+        explicit = hv.get("gpufleet_cluster_address") if hasattr(hv, "get") else None
+        if explicit:
+            found[host] = validated_address(str(explicit), name=f"gpufleet_cluster_address of {host}")
+            continue
+        facts = hv.get("ansible_facts") if hasattr(hv, "get") else None
+        address = cluster_address(facts, cidr) if facts and facts.get("interfaces") else ""
+        if address:
+            found[host] = address
+        else:
+            missing.append(host)
+    return {"addresses": found, "missing": missing}

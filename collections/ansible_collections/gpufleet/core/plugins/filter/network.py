@@ -79,6 +79,11 @@ def env_file_lines(values: Mapping[str, object]) -> list[str]:
     return netcfg.env_file_lines(values)
 
 
+def peer_addresses(hostvars: Mapping[str, Any], hosts: Iterable[str], network: str) -> dict[str, Any]:
+    """``hostvars | gpufleet.core.peer_addresses(groups.gpu_nodes, cidr)``."""
+    return netcfg.peer_addresses(hostvars, hosts, network)
+
+
 class FilterModule:
     """gpufleet.core network filters."""
 
@@ -93,5 +98,6 @@ class FilterModule:
             ifname,
             firewall_sources,
             env_file_lines,
+            peer_addresses,
         )
         return {f.__name__: _wrap(f) for f in funcs}
