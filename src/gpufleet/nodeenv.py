@@ -117,8 +117,10 @@ def check_url(
             f"{name}={redact_url(text)!r} is not a URL with scheme {'/'.join(allowed)}{hint}"
         )
     if parts.scheme == "file":
-        if not parts.path.startswith("/"):
-            raise EnvConfigError(f"{name}={text!r}: a file URL needs an absolute path")
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise EnvConfigError(
+                f"{name}={text!r}: a file URL needs an absolute path (file:///srv/...)"
+            )
         return text
     if not parts.hostname:
         raise EnvConfigError(f"{name}={redact_url(text)!r} has no host name")
