@@ -93,6 +93,7 @@ CLUSTER_NETWORK_CASES = [
     pytest.param({"gpufleet_cluster_cidr": "bogus"}, ["gpufleet_cluster_cidr", "no prefix length"], id="cidr-word"),
     pytest.param({"gpufleet_cluster_cidr": "10.0.0.0/40"}, ["gpufleet_cluster_cidr", "not a network"], id="cidr-prefix"),
     pytest.param({"gpufleet_cluster_address": "10.99.0"}, ["gpufleet_cluster_address", "not an IPv4"], id="address"),
+    pytest.param({"gpufleet_cluster_address": "", "cluster_network_address": "", "gpufleet_cluster_cidr": "10.250.0.0/24", "cluster_network_interface": ""}, ["has no address inside gpufleet_cluster_cidr"], id="no-address-in-cidr"),
     pytest.param({"gpufleet_rdzv_port": 70000}, ["gpufleet_rdzv_port", "1-65535"], id="port-range"),
     pytest.param({"gpufleet_rdzv_port": "http"}, ["cluster_network_rdzv_port"], id="port-type"),
     pytest.param({"cluster_network_port_range": "60999-32768"}, ["cluster_network_port_range"], id="port-range-order"),
