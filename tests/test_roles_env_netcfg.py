@@ -100,7 +100,10 @@ def test_node_addresses_reads_netmask_when_prefix_missing() -> None:
 
 
 def test_node_addresses_accepts_prefixed_fact_names() -> None:
-    node = {"ansible_interfaces": ["eth1"], "ansible_eth1": {"device": "eth1", "ipv4": v4("10.0.0.7")}}
+    node = {
+        "ansible_interfaces": ["eth1"],
+        "ansible_eth1": {"device": "eth1", "ipv4": v4("10.0.0.7")},
+    }
     assert [a.address for a in netcfg.node_addresses(node)] == ["10.0.0.7"]
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
+
 from roles_env_helpers import BIN, REPO, ansible_env, output
 
 pytestmark = pytest.mark.ansible
@@ -101,6 +101,11 @@ def test_group_vars_cover_the_global_variables_the_roles_read() -> None:
     for role in ("torch_env", "cluster_network"):
         for path in (REPO / "roles" / role).rglob("*.yml"):
             used |= set(re.findall(r"\bgpufleet_[a-z0-9_]+", path.read_text()))
-    internal = {"gpufleet_plan", "gpufleet_config_dir", "gpufleet_gpus_expected", "gpufleet_cluster_interface"}
+    internal = {
+        "gpufleet_plan",
+        "gpufleet_config_dir",
+        "gpufleet_gpus_expected",
+        "gpufleet_cluster_interface",
+    }
     undocumented = sorted(v for v in used - internal if v not in group_vars)
     assert not undocumented, f"not in inventory/group_vars/all/provision.yml: {undocumented}"

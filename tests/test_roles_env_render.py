@@ -5,6 +5,7 @@ localhost with temporary directories (idempotent rerun)."""
 from __future__ import annotations
 
 import configparser
+import ipaddress
 import json
 import subprocess
 import xml.etree.ElementTree as ET
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from roles_env_helpers import BIN, REPO, ansible_env, output, recap, run_roles, write_inventory
 
 pytestmark = pytest.mark.ansible
@@ -140,7 +142,10 @@ def test_pip_conf_mirrors(tmp_path: Path) -> None:
     conf.read_string(text)
     section = conf["global"]
     assert section["index-url"] == "http://mirror.lan:8080/simple"
-    assert section["extra-index-url"].split() == ["https://a.example/simple", "https://b.example/simple"]
+    assert section["extra-index-url"].split() == [
+        "https://a.example/simple",
+        "https://b.example/simple",
+    ]
     assert section["find-links"].split() == ["/srv/wheels", "https://c.example/wheels/"]
     assert section["trusted-host"].split() == ["mirror.lan:8080"]
 
@@ -283,7 +288,11 @@ def test_nccl_env_is_valid_shell(tmp_path: Path) -> None:
     result = run_roles(tmp_path, ["cluster_network"], cluster_network_vars(tmp_path), inventory)
     assert result.returncode == 0, output(result)
     shell = subprocess.run(
-        ["bash", "-c", f'set -a; . {tmp_path / "etc" / "nccl.env"}; echo "$NCCL_SOCKET_IFNAME|$MASTER_PORT"'],
+        [
+            "bash",
+            "-c",
+            f'set -a; . {tmp_path / "etc" / "nccl.env"}; echo "$NCCL_SOCKET_IFNAME|$MASTER_PORT"',
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -319,14 +328,17 @@ def test_master_without_address_fails_clearly(tmp_path: Path) -> None:
 
 def test_address_and_interface_derived_from_this_machine(tmp_path: Path) -> None:
     """No explicit address or interface: both come from this machine's facts."""
-    ip = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True, check=False)
+    ip = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "scope", "global"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     found = [ln.split() for ln in ip.stdout.splitlines() if ln.strip()]
     if ip.returncode != 0 or not found:
         pytest.skip("no global IPv4 address on this machine")
     iface, cidr = found[0][1], found[0][3]
     address = cidr.split("/")[0]
-    import ipaddress
-
     network = str(ipaddress.ip_network(cidr, strict=False))
     extra = {
         "gpufleet_cluster_cidr": network,

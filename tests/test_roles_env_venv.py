@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from roles_env_helpers import BIN, PLAN, REPO, output, recap, run_roles
 
 pytestmark = [pytest.mark.slow, pytest.mark.ansible]
@@ -22,7 +23,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.ansible]
 TORCH_WHEELS = Path(os.environ.get("GPUFLEET_TEST_WHEELS", "/opt/wheels"))
 LOCAL_INDEX = os.environ.get("GPUFLEET_TEST_INDEX", "file:///opt/pypi/simple")
 BASE_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
-PACKAGES = ["nvidia-ml-py==13.615.71", "pytest==9.2.0", "pytest-timeout==2.4.0", "jinja2==3.1.6", "numpy==2.4.6"]
+PACKAGES = [
+    "nvidia-ml-py==13.615.71",
+    "pytest==9.2.0",
+    "pytest-timeout==2.4.0",
+    "jinja2==3.1.6",
+    "numpy==2.4.6",
+]
 
 
 def _have_cpu_torch() -> bool:
@@ -48,7 +55,18 @@ def wheelhouse(workspace: Path) -> Path:
     house = workspace / "wheelhouse"
     house.mkdir()
     subprocess.run(
-        [str(BIN / "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(workspace / "dist"), str(REPO)],
+        [
+            str(BIN / "python"),
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(workspace / "dist"),
+            str(REPO),
+        ],
         check=True,
         env={**os.environ, "SOURCE_DATE_EPOCH": "315532800"},
     )
@@ -87,7 +105,11 @@ def test_first_run_builds_the_env(workspace: Path, wheelhouse: Path) -> None:
     assert result.returncode == 0, output(result)[-5000:]
     python = workspace / "env" / "bin" / "python"
     probe = subprocess.run(
-        [str(python), "-c", "import torch, gpufleet, pynvml, pytest, numpy; print(torch.__version__)"],
+        [
+            str(python),
+            "-c",
+            "import torch, gpufleet, pynvml, pytest, numpy; print(torch.__version__)",
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -101,7 +123,8 @@ def test_first_run_builds_the_env(workspace: Path, wheelhouse: Path) -> None:
     assert manifest["plan"]["expected_build"] == "2.13.0+cu128"
     assert manifest["schema"] == 1
     pip_conf = (workspace / "env" / "pip.conf").read_text()
-    assert LOCAL_INDEX in pip_conf and str(TORCH_WHEELS) in pip_conf
+    assert LOCAL_INDEX in pip_conf
+    assert str(TORCH_WHEELS) in pip_conf
 
 
 def test_second_run_changes_nothing(workspace: Path, wheelhouse: Path) -> None:
@@ -112,8 +135,12 @@ def test_second_run_changes_nothing(workspace: Path, wheelhouse: Path) -> None:
     assert (workspace / "etc" / "manifest.json").read_text() == before
 
 
-def test_mismatching_build_is_refused_with_on_mismatch_fail(workspace: Path, wheelhouse: Path) -> None:
-    extra = env_vars(workspace, wheelhouse, torch_env_wheel_variant="", torch_env_on_mismatch="fail")
+def test_mismatching_build_is_refused_with_on_mismatch_fail(
+    workspace: Path, wheelhouse: Path
+) -> None:
+    extra = env_vars(
+        workspace, wheelhouse, torch_env_wheel_variant="", torch_env_on_mismatch="fail"
+    )
     result = run_roles(workspace, ["torch_env"], extra, timeout=600)
     assert result.returncode != 0
     text = output(result)

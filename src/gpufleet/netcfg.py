@@ -50,8 +50,7 @@ def validated_cidr(text: object, *, name: str = "gpufleet_cluster_cidr") -> str:
     value = text.strip()
     if "/" not in value:
         raise NetConfigError(
-            f"{name}={value!r} has no prefix length; write the network as CIDR, "
-            "e.g. 10.0.0.0/24"
+            f"{name}={value!r} has no prefix length; write the network as CIDR, e.g. 10.0.0.0/24"
         )
     try:
         network = ipaddress.ip_network(value, strict=True)
@@ -224,9 +223,7 @@ def env_file_lines(values: Mapping[str, object]) -> list[str]:
     return lines
 
 
-def peer_addresses(
-    hostvars: Mapping[str, Any], hosts: Iterable[str], cidr: str
-) -> dict[str, Any]:
+def peer_addresses(hostvars: Mapping[str, Any], hosts: Iterable[str], cidr: str) -> dict[str, Any]:
     """Cluster address of each host: its ``gpufleet_cluster_address`` when set, else derived
     from its gathered facts. Returns ``{"addresses": {host: address}, "missing": [host]}``;
     a host is missing when it has neither (unreachable, or facts not gathered yet).
@@ -237,7 +234,9 @@ def peer_addresses(
         hv = hostvars[host]
         explicit = hv.get("gpufleet_cluster_address") if hasattr(hv, "get") else None
         if explicit:
-            found[host] = validated_address(str(explicit), name=f"gpufleet_cluster_address of {host}")
+            found[host] = validated_address(
+                str(explicit), name=f"gpufleet_cluster_address of {host}"
+            )
             continue
         facts = hv.get("ansible_facts") if hasattr(hv, "get") else None
         address = cluster_address(facts, cidr) if facts and facts.get("interfaces") else ""

@@ -165,9 +165,7 @@ def untrusted_http_hosts(urls: Iterable[str], trusted_hosts: Iterable[str]) -> l
     return out
 
 
-def merge_manifest(
-    existing: object, updates: Mapping[str, Any], now: str
-) -> dict[str, Any]:
+def merge_manifest(existing: object, updates: Mapping[str, Any], now: str) -> dict[str, Any]:
     """The node manifest after one provisioning role wrote its keys.
 
     Two roles write ``/etc/gpufleet/manifest.json`` (torch_env its env keys,

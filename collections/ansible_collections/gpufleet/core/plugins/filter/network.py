@@ -79,7 +79,9 @@ def env_file_lines(values: Mapping[str, object]) -> list[str]:
     return netcfg.env_file_lines(values)
 
 
-def peer_addresses(hostvars: Mapping[str, Any], hosts: Iterable[str], network: str) -> dict[str, Any]:
+def peer_addresses(
+    hostvars: Mapping[str, Any], hosts: Iterable[str], network: str
+) -> dict[str, Any]:
     """``hostvars | gpufleet.core.peer_addresses(groups.gpu_nodes, cidr)``."""
     return netcfg.peer_addresses(hostvars, hosts, network)
 
