@@ -148,6 +148,10 @@ def test_interface_for_loopback_address_is_refused() -> None:
         netcfg.interface_for_address(NODE, "127.0.0.1")
 
 
+def test_loopback_is_accepted_for_a_single_node_cluster() -> None:
+    assert netcfg.interface_for_address(NODE, "127.0.0.1", allow_loopback=True) == "lo"
+
+
 def test_interface_for_malformed_address() -> None:
     with pytest.raises(NetConfigError, match="not an IPv4 or IPv6 address"):
         netcfg.interface_for_address(NODE, "10.20.0")

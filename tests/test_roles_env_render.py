@@ -350,3 +350,30 @@ def test_address_and_interface_derived_from_this_machine(tmp_path: Path) -> None
     env = read_env_file(tmp_path / "etc" / "nccl.env")
     assert env["MASTER_ADDR"] == address
     assert env["GLOO_SOCKET_IFNAME"] == iface.split("@")[0]
+
+
+def test_single_node_cluster_on_loopback(tmp_path: Path) -> None:
+    """The shipped local inventory: one node, cluster address 127.0.0.1."""
+    inventory = write_inventory(tmp_path / "inv.json", gpufleet_cluster_address="127.0.0.1")
+    extra = {
+        "cluster_network_config_dir": str(tmp_path / "etc"),
+        "cluster_network_firewall": "none",
+    }
+    result = run_roles(tmp_path, ["cluster_network"], extra, inventory)
+    assert result.returncode == 0, output(result)
+    env = read_env_file(tmp_path / "etc" / "nccl.env")
+    assert env["NCCL_SOCKET_IFNAME"] == "=lo"
+    assert env["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_loopback_refused_in_a_real_cluster(tmp_path: Path) -> None:
+    inventory = write_inventory(
+        tmp_path / "inv.json", peers={"node02": "10.0.0.2"}, gpufleet_cluster_address="127.0.0.1"
+    )
+    extra = {
+        "cluster_network_config_dir": str(tmp_path / "etc"),
+        "cluster_network_firewall": "none",
+    }
+    result = run_roles(tmp_path, ["cluster_network"], extra, inventory)
+    assert result.returncode != 0
+    assert "loopback" in output(result)

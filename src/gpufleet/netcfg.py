@@ -153,12 +153,14 @@ def cluster_address(facts: Mapping[str, Any], cidr: str) -> str:
     return ""
 
 
-def interface_for_address(facts: Mapping[str, Any], address: str) -> str:
+def interface_for_address(
+    facts: Mapping[str, Any], address: str, allow_loopback: bool = False
+) -> str:
     """Name of the interface that carries ``address`` on this node.
 
     Raises NetConfigError when no interface carries it (the address is not this node's,
     or facts were gathered without the network subset) or when only loopback does (NCCL
-    over ``lo`` cannot reach other nodes).
+    over ``lo`` cannot reach other nodes) unless ``allow_loopback`` (a one-node cluster).
     """
     wanted = ipaddress.ip_address(validated_address(address))
     matches = [
@@ -173,10 +175,11 @@ def interface_for_address(facts: Mapping[str, Any], address: str) -> str:
         )
     name = matches[0]
     iface = _iface_facts(facts, name) or {}
-    if name == "lo" or iface.get("type") == "loopback":
+    if not allow_loopback and (name == "lo" or iface.get("type") == "loopback"):
         raise NetConfigError(
             f"the cluster address {address} is on the loopback interface {name}; other "
-            "nodes cannot reach it. Use an address of a real network interface."
+            "nodes cannot reach it. Use an address of a real network interface (loopback "
+            "is accepted only when the cluster has a single node)."
         )
     return name
 

@@ -54,9 +54,11 @@ def cluster_address(facts: Mapping[str, Any], network: str) -> str:
     return netcfg.cluster_address(facts, network)
 
 
-def interface_for_address(facts: Mapping[str, Any], address: str) -> str:
+def interface_for_address(
+    facts: Mapping[str, Any], address: str, allow_loopback: bool = False
+) -> str:
     """``ansible_facts | gpufleet.core.interface_for_address(addr)`` -> interface name."""
-    return netcfg.interface_for_address(facts, address)
+    return netcfg.interface_for_address(facts, address, allow_loopback)
 
 
 def node_addresses(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
