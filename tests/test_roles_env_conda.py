@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from roles_env_helpers import PLAN, REPO, output, recap, run_roles
 
 pytestmark = [pytest.mark.slow, pytest.mark.ansible]
