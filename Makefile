@@ -76,3 +76,30 @@ check: setup ## node health checks here (NVML, torch): $(CHECKS_OUT)/checks.{xml
 .PHONY: bench-checks
 bench-checks: setup ## time the checks suite on the healthy 8-GPU recording (budget 10 s)
 	$(BIN)/python tests/bench_checks.py --runs $(BENCH_RUNS)
+
+# --- provision ---
+# The gpufleet wheel that torch_env copies to every node. SOURCE_DATE_EPOCH makes the
+# build reproducible, so an unchanged tree gives a byte-identical wheel and a rerun of
+# `make provision` changes nothing on the nodes.
+WHEEL_STAMP := dist/.gpufleet-wheel
+WHEEL_SOURCES := pyproject.toml $(shell find src -type f -not -path '*/__pycache__/*' 2>/dev/null)
+
+.PHONY: wheel
+wheel: $(WHEEL_STAMP) ## build dist/gpufleet-<version>-py3-none-any.whl (the one wheel torch_env installs)
+
+$(WHEEL_STAMP): $(SETUP_STAMP) $(WHEEL_SOURCES)
+	@mkdir -p dist
+	rm -f dist/gpufleet-*.whl
+	SOURCE_DATE_EPOCH=315532800 $(BIN)/python -m pip wheel --quiet --disable-pip-version-check \
+		--no-deps --no-build-isolation --wheel-dir dist .
+	@rm -rf build
+	@touch $@
+
+.PHONY: provision
+provision: setup wheel ## provision the nodes of $(INVENTORY): driver, toolkit, env, network
+	$(BIN)/ansible-playbook playbooks/provision.yml -i $(INVENTORY)
+
+.PHONY: syntax-check
+syntax-check: setup ## ansible-playbook --syntax-check of site.yml and the playbooks
+	$(BIN)/ansible-playbook --syntax-check -i $(INVENTORY) site.yml
+	$(BIN)/ansible-playbook --syntax-check -i $(INVENTORY) playbooks/provision.yml
