@@ -42,7 +42,7 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
         table=bench.load_table(args.bandwidth_table or None),
         override=args.busbw_min if args.busbw_min > 0 else None,
     )
-    node = args.node or socket.gethostname()
+    node = args.result_node or socket.gethostname()
     correct = Record(
         name="allreduce_correctness",
         status="pass" if total_wrong == 0 else "fail",
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--busbw-min", type=float, default=0.0, help="gate in GB/s (0 = table)")
     p.add_argument("--bandwidth-table", default="", help="user table, same layout as shipped")
     p.add_argument("--fabric", default="", help="fabric name for cluster table rows")
-    p.add_argument("--node", default="", help="node name in the result file")
+    p.add_argument("--result-node", default="", help="node name in the result file")
     p.add_argument("--result-json", default="", help="ResultFile written by local rank 0")
     p.add_argument("--kind", default="allreduce", help="ResultFile kind")
     args = p.parse_args(argv)

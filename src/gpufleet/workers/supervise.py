@@ -56,13 +56,38 @@ def kill_group(pgid: int, grace: float) -> bool:
     return True
 
 
+def read_env_file(path: str) -> dict[str, str]:
+    """KEY=VALUE lines (``export`` and quotes allowed, # comments), as in /etc/gpufleet/nccl.env."""
+    env: dict[str, str] = {}
+    p = Path(path)
+    if not p.is_file():
+        return env
+    for raw in p.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.removeprefix("export ").split("=", 1)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[key.strip()] = value
+    return env
+
+
 def run(cmd: Sequence[str], timeout: float, grace: float = 5.0,
-        pidfile: str = "", log: str = "") -> tuple[int, bool, bool]:
+        pidfile: str = "", log: str = "", env_file: str = "") -> tuple[int, bool, bool]:
     """(exit code, timed_out, leftovers_killed)."""
     out = open(log, "ab") if log else None  # noqa: SIM115 - closed below
+    env = dict(os.environ)
+    extra = read_env_file(env_file) if env_file else {}
+    env.update(extra)
     try:
+        if out and extra:
+            out.write(f"supervise: environment from {env_file}: {sorted(extra)}\n".encode())
+            out.flush()
         proc = subprocess.Popen(
-            list(cmd), start_new_session=True, stdout=out, stderr=subprocess.STDOUT if out else None
+            list(cmd), start_new_session=True, stdout=out,
+            stderr=subprocess.STDOUT if out else None, env=env,
         )
         if pidfile:
             Path(pidfile).write_text(f"{proc.pid}\n", encoding="utf-8")
@@ -87,13 +112,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--grace", type=float, default=5.0, help="SIGTERM -> SIGKILL delay")
     p.add_argument("--pidfile", default="")
     p.add_argument("--log", default="")
+    p.add_argument("--env-file", default="", help="KEY=VALUE file added to the environment "
+                   "when it exists (/etc/gpufleet/nccl.env)")
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         p.error("no command given after --")
-    rc, timed_out, leftovers = run(cmd, args.timeout, args.grace, args.pidfile, args.log)
+    rc, timed_out, leftovers = run(cmd, args.timeout, args.grace, args.pidfile, args.log,
+                                   args.env_file)
     if timed_out:
+        msg = (f"ERROR: {cmd[0]} ran past {args.timeout:g}s and was killed (process group "
+               "SIGTERM/SIGKILL); a peer is probably dead or unreachable")
+        if args.log:
+            with open(args.log, "a", encoding="utf-8") as fh:
+                fh.write(msg + "\n")
         print(f"ERROR: {cmd[0]} ran past {args.timeout:g}s and was killed (process group "
               "SIGTERM/SIGKILL); a peer is probably dead or unreachable", file=sys.stderr)
     if leftovers:
