@@ -38,16 +38,27 @@ def test_ddp_launch_and_teardown(ddp_run: Launch, mode: Mode, smoke: Smoke) -> N
 
 @pytest.mark.torchrun
 def test_ddp_sampler_shards_disjoint_and_cover(ddp_run: Launch, mode: Mode, smoke: Smoke) -> None:
+    """Equal shards that cover the dataset; they overlap only by DistributedSampler's padding
+    (drop_last=False repeats the first ceil(n/w)*w - n indices so every rank gets as many)."""
     smoke.note(remedy=REMEDY)
     ranks = _ok(ddp_run, mode)
-    n = ranks[0]["sampler"]["dataset_size"]  # type: ignore[index]
+    n = int(ranks[0]["sampler"]["dataset_size"])  # type: ignore[index]
+    w = len(ranks)
+    per_rank = -(-n // w)
+    padding = per_rank * w - n
     for epoch in ("0", "1"):
-        shards = [set(r["sampler"]["epochs"][epoch]) for r in ranks]  # type: ignore[index]
-        for i in range(len(shards)):
-            for j in range(i + 1, len(shards)):
-                assert not shards[i] & shards[j], f"epoch {epoch}: ranks {i},{j} share samples"
-        assert set().union(*shards) == set(range(n)), f"epoch {epoch}: shards miss samples"
-    smoke.note(message=f"{len(ranks)} disjoint shards cover {n} samples")
+        shards = [list(r["sampler"]["epochs"][epoch]) for r in ranks]  # type: ignore[index]
+        assert all(len(s) == per_rank for s in shards), f"epoch {epoch}: unequal shards"
+        assert all(len(set(s)) == len(s) for s in shards), f"epoch {epoch}: repeats in a shard"
+        union = set().union(*map(set, shards))
+        assert union == set(range(n)), f"epoch {epoch}: {sorted(set(range(n)) - union)} missing"
+        overlap = sum(len(s) for s in shards) - len(union)
+        assert overlap == padding, (
+            f"epoch {epoch}: ranks share {overlap} samples, expected only the {padding} "
+            "padding samples"
+        )
+    smoke.note(value=padding, message=(
+        f"{w} shards of {per_rank} cover {n} samples; overlap = padding ({padding})"))
 
 
 @pytest.mark.torchrun

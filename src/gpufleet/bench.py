@@ -212,13 +212,16 @@ def lookup_threshold(
             continue
         if row.gpus is not None and row.gpus != world_size:
             continue
-        if fabric and row.fabric not in ("any", fabric):
+        if scope == "cluster" and row.fabric != fabric:
+            continue  # inter-node figures depend on the NICs: only with verify_fabric
+        if scope == "node" and fabric and row.fabric not in ("any", fabric):
             continue
         return Threshold(row.min_busbw, f"{row.name} ({row.source})")
     return Threshold(
         None,
         f"no table entry for {gpu_name!r} x {world_size} ranks on {nnodes} node(s)"
-        + (f", fabric {fabric}" if fabric else "")
+        + (f", fabric {fabric}" if fabric else (
+            "; multi-node rows need the fabric (verify_fabric)" if scope == "cluster" else ""))
         + "; add one to a file named by verify_bandwidth_table or set verify_busbw_min",
     )
 
