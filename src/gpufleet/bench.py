@@ -119,12 +119,17 @@ def make_row(
         count=size_bytes // elem,
         dtype=dtype,
         time_us=round(time_s * 1e6, 3),
-        algbw=round(alg, 4),
-        busbw=round(busbw_gbs(alg, world_size), 4),
+        algbw=_sig(alg),
+        busbw=_sig(busbw_gbs(alg, world_size)),
         world_size=world_size,
         backend=backend,
         wrong=wrong,
     )
+
+
+def _sig(x: float, digits: int = 6) -> float:
+    """Round to significant digits (CPU-mode bandwidths are tiny, GPU ones large)."""
+    return float(f"{x:.{digits}g}")
 
 
 # --------------------------------------------------------------------------- table
