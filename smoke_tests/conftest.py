@@ -12,6 +12,8 @@ its own session/process group with a hard timeout; the group is killed on timeou
 test asserts that no worker process outlived it.
 """
 
+# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
+
 from __future__ import annotations
 
 import datetime
@@ -22,31 +24,41 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpufleet.results import BandwidthRow, Record, ResultFile
+from gpufleet.results import STATUSES, BandwidthRow, Record, ResultFile, Status
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("gpufleet smoke")
     g.addoption("--gpufleet-json", default="", help="write the ResultFile (kind smoke) here")
     g.addoption("--node", default="", help="node name in the results (default: hostname)")
-    g.addoption("--gpufleet-timeout", type=float, default=60.0,
-                help="init_process_group/collective timeout in seconds (default 60)")
-    g.addoption("--launch-timeout", type=float, default=180.0,
-                help="hard limit for one torchrun launch in seconds (default 180)")
-    g.addoption("--cpu-nproc", type=int, default=2,
-                help="ranks in CPU mode (gloo), default 2")
+    g.addoption(
+        "--gpufleet-timeout",
+        type=float,
+        default=60.0,
+        help="init_process_group/collective timeout in seconds (default 60)",
+    )
+    g.addoption(
+        "--launch-timeout",
+        type=float,
+        default=180.0,
+        help="hard limit for one torchrun launch in seconds (default 180)",
+    )
+    g.addoption("--cpu-nproc", type=int, default=2, help="ranks in CPU mode (gloo), default 2")
     g.addoption("--sizes", default="", help="all-reduce sizes, e.g. 1M,16M,128M,1G")
     g.addoption("--iters", type=int, default=0, help="timed iterations per size")
     g.addoption("--warmup", type=int, default=0, help="warm-up iterations per size")
-    g.addoption("--busbw-min", type=float, default=0.0,
-                help="busbw gate in GB/s at the largest size (0 = bandwidth table)")
+    g.addoption(
+        "--busbw-min",
+        type=float,
+        default=0.0,
+        help="busbw gate in GB/s at the largest size (0 = bandwidth table)",
+    )
     g.addoption("--bandwidth-table", default="", help="user expected-busbw table (JSON)")
 
 
@@ -61,7 +73,9 @@ class Mode:
     gpu_names: tuple[str, ...]
 
     def describe(self) -> str:
-        what = f"{self.nproc} x {self.gpu_names[0]}" if self.gpu_names else f"{self.nproc} CPU ranks"
+        what = (
+            f"{self.nproc} x {self.gpu_names[0]}" if self.gpu_names else f"{self.nproc} CPU ranks"
+        )
         return f"mode {self.mode}, backend {self.backend}, {what}"
 
 
@@ -146,7 +160,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return report
     note = coll.notes.get(item.nodeid, {})
     if report.skipped:
-        status = "skip"
+        status: Status = "skip"
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         message = str(reason).removeprefix("Skipped: ")
     elif report.failed:
@@ -156,6 +170,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     else:
         status = note.get("status", "pass")
         message = note.get("message", "")
+    assert status in STATUSES, status
     m = item.config.stash[_MODE]
     rec = Record(
         name=item.name,
@@ -270,16 +285,33 @@ class Torchrun:
         n = nproc or self.mode.nproc
         timeout = float(self.config.getoption("--launch-timeout"))
         cmd = [
-            sys.executable, "-m", "torch.distributed.run",
-            "--nnodes", "1", "--nproc-per-node", str(n), "--node-rank", "0",
-            "--rdzv-backend", "static", "--master-addr", "127.0.0.1",
-            "--master-port", str(_free_port()),
-            "--rdzv-conf", f"timeout={int(self.config.getoption('--gpufleet-timeout'))}",
-            "--max-restarts", "0",
-            "-m", f"gpufleet.workers.{worker}",
-            "--out-dir", str(out_dir),
-            "--timeout", str(self.config.getoption("--gpufleet-timeout")),
-            "--backend", self.mode.backend,
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            str(n),
+            "--node-rank",
+            "0",
+            "--rdzv-backend",
+            "static",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            str(_free_port()),
+            "--rdzv-conf",
+            f"timeout={int(self.config.getoption('--gpufleet-timeout'))}",
+            "--max-restarts",
+            "0",
+            "-m",
+            f"gpufleet.workers.{worker}",
+            "--out-dir",
+            str(out_dir),
+            "--timeout",
+            str(self.config.getoption("--gpufleet-timeout")),
+            "--backend",
+            self.mode.backend,
             *worker_args,
         ]
         env = dict(os.environ)
@@ -291,8 +323,9 @@ class Torchrun:
         log_path = out_dir / "launcher.log"
         t0 = time.monotonic()
         with log_path.open("wb") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
             timed_out = False
             try:
                 rc = proc.wait(timeout=timeout)
@@ -317,10 +350,17 @@ class Torchrun:
         for f in sorted(out_dir.glob("rank*.json"), key=lambda p: int(p.stem[4:])):
             ranks.append(json.loads(f.read_text()))
         leftovers += [int(r["pid"]) for r in ranks if _pid_alive(int(r["pid"]))]
-        return Launch(rc, timed_out, leftovers, ranks, log_path.read_text(errors="replace"),
-                      time.monotonic() - t0, cmd)
+        return Launch(
+            rc,
+            timed_out,
+            leftovers,
+            ranks,
+            log_path.read_text(errors="replace"),
+            time.monotonic() - t0,
+            cmd,
+        )
 
 
 @pytest.fixture
-def torchrun(pytestconfig: pytest.Config, mode: Mode, tmp_path: Path) -> Iterator[Torchrun]:
-    yield Torchrun(pytestconfig, mode, tmp_path)
+def torchrun(pytestconfig: pytest.Config, mode: Mode, tmp_path: Path) -> Torchrun:
+    return Torchrun(pytestconfig, mode, tmp_path)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import Launch, Mode, Smoke, Torchrun
 
+from conftest import Launch, Mode, Smoke, Torchrun
 from gpufleet import bench
 from gpufleet.results import BandwidthRow
 
@@ -17,8 +17,9 @@ REMEDY = (
 
 
 @pytest.fixture(scope="module")
-def ar_run(request: pytest.FixtureRequest, mode: Mode,
-           tmp_path_factory: pytest.TempPathFactory) -> Launch:
+def ar_run(
+    request: pytest.FixtureRequest, mode: Mode, tmp_path_factory: pytest.TempPathFactory
+) -> Launch:
     cfg = request.config
     args: list[str] = []
     sizes = cfg.getoption("--sizes") or (
@@ -53,8 +54,9 @@ def test_allreduce_sum_exact(ar_run: Launch, mode: Mode, smoke: Smoke) -> None:
         assert r["expected_sum"] == mode.nproc * (mode.nproc + 1) // 2
     wrong_in_sweep = sum(row.wrong for row in _rows(ar_run))
     assert wrong_in_sweep == 0, f"{wrong_in_sweep} wrong elements during the sweep"
-    smoke.note(value=0, threshold=0,
-               message=f"sum of rank+1 over {mode.nproc} ranks exact at every size")
+    smoke.note(
+        value=0, threshold=0, message=f"sum of rank+1 over {mode.nproc} ranks exact at every size"
+    )
 
 
 @pytest.mark.torchrun
@@ -67,18 +69,28 @@ def test_allreduce_bandwidth(ar_run: Launch, mode: Mode, smoke: Smoke) -> None:
     n = mode.nproc
     factor = bench.busbw_factor(n)
     for row in rows:
-        assert row.world_size == n and row.backend == mode.backend
-        assert row.time_us > 0 and math.isfinite(row.time_us)
-        assert row.algbw == pytest.approx(row.size_bytes / (row.time_us * 1e-6) / 1e9,
-                                          rel=1e-3, abs=1e-4)
+        assert row.world_size == n
+        assert row.backend == mode.backend
+        assert row.time_us > 0
+        assert math.isfinite(row.time_us)
+        assert row.algbw == pytest.approx(
+            row.size_bytes / (row.time_us * 1e-6) / 1e9, rel=1e-3, abs=1e-4
+        )
         assert row.busbw == pytest.approx(row.algbw * factor, rel=1e-3, abs=1e-4)
         assert row.count * bench.DTYPE_SIZES[row.dtype] == row.size_bytes
     r0 = next(r for r in ar_run.ranks if r["rank"] == 0)
     gate = r0["gate"]
-    smoke.meta(busbw_factor=factor, threshold=r0["threshold"],
-               threshold_source=r0["threshold_source"],
-               time="max over ranks of the per-iteration mean")
-    smoke.note(value=gate["value"], threshold=gate["threshold"], message=gate["message"],
-               remedy=gate["remedy"] or REMEDY)
+    smoke.meta(
+        busbw_factor=factor,
+        threshold=r0["threshold"],
+        threshold_source=r0["threshold_source"],
+        time="max over ranks of the per-iteration mean",
+    )
+    smoke.note(
+        value=gate["value"],
+        threshold=gate["threshold"],
+        message=gate["message"],
+        remedy=gate["remedy"] or REMEDY,
+    )
     assert gate["status"] != "fail", gate["message"]
     assert ar_run.rc == 0, ar_run.explain()

@@ -5,11 +5,14 @@ no scaler). CPU: bf16 autocast. A step must finish with a finite loss and, with 
 a finite positive scale that did not back off (no inf found on a normal step).
 """
 
+# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
+
 from __future__ import annotations
 
 import math
 
 import pytest
+
 from conftest import Mode, Smoke
 
 REMEDY = "check the driver/toolkit (run checks/); autocast must use torch.amp, not torch.cuda.amp"
@@ -45,18 +48,20 @@ def test_amp_step(device: str, dtype: str, mode: Mode, smoke: Smoke) -> None:
         out = model(x)
         assert out.dtype == tdtype, f"autocast produced {out.dtype}, expected {tdtype}"
         loss = torch.nn.functional.mse_loss(out.float(), y)
-    scaler.scale(loss).backward()
+    scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
     before = [p.detach().clone() for p in model.parameters()]
     scaler.step(opt)
     scaler.update()
     assert math.isfinite(float(loss.item())), f"loss {loss.item()}"
-    changed = any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters(),
-                                                                  strict=True))
+    changed = any(
+        not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters(), strict=True)
+    )
     assert changed, "the optimizer step did not change any parameter"
     msg = f"{device} {dtype}: loss {loss.item():.4f}"
     if use_scaler:
         scale = float(scaler.get_scale())
-        assert math.isfinite(scale) and scale > 0, f"scale {scale}"
+        assert math.isfinite(scale), f"scale {scale}"
+        assert scale > 0, f"scale {scale}"
         assert scale == 2.0**16, f"scaler backed off to {scale}: inf/nan found on a normal step"
         msg += f", scale {scale:g} (no inf found)"
     smoke.note(message=msg, value=round(float(loss.item()), 5))

@@ -8,11 +8,14 @@ CPU is the pass-through: without CUDA, DataParallel calls the module directly, s
 and gradients must be exactly those of the module.
 """
 
+# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
+
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+
 from conftest import Mode, Smoke
 
 REMEDY = "check every GPU is visible (nvidia-smi -L, CUDA_VISIBLE_DEVICES) and run checks/"
@@ -31,15 +34,23 @@ def gpu_memory_used() -> tuple[list[int], str]:
             used = []
             for i in range(n):
                 props = torch.cuda.get_device_properties(i)
-                bus = (f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:"
-                       f"{props.pci_device_id:02x}.0")
-                h = pynvml.nvmlDeviceGetHandleByPciBusId(bus)  # CUDA and NVML order differ
+                dom, bus, dev = (
+                    getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device")
+                )
+                # CUDA and NVML may order GPUs differently: match by PCI address when known
+                h = (
+                    pynvml.nvmlDeviceGetHandleByPciBusId(f"{dom:08x}:{bus:02x}:{dev:02x}.0")
+                    if None not in (dom, bus, dev)
+                    else pynvml.nvmlDeviceGetHandleByIndex(i)
+                )
                 used.append(int(pynvml.nvmlDeviceGetMemoryInfo(h).used))
             return used, "nvml"
         finally:
             pynvml.nvmlShutdown()
     except Exception:
-        return [int(torch.cuda.memory_allocated(i)) for i in range(n)], "torch.cuda.memory_allocated"
+        return [
+            int(torch.cuda.memory_allocated(i)) for i in range(n)
+        ], "torch.cuda.memory_allocated"
 
 
 def _model(seed: int = 0) -> Any:
@@ -80,8 +91,12 @@ def test_dataparallel_matches_single_device(mode: Mode, smoke: Smoke) -> None:
         message=(
             f"{n} GPU(s): outputs/grads match single device; memory used per GPU ({source}): "
             + ", ".join(f"{u / 2**20:.0f} MiB" for u in used)
-            + (f"; GPU-0 / mean(others) = {imbalance:.2f} (DataParallel gathers on GPU 0; "
-               "prefer DDP)" if imbalance else "; one GPU: no imbalance to report")
+            + (
+                f"; GPU-0 / mean(others) = {imbalance:.2f} (DataParallel gathers on GPU 0; "
+                "prefer DDP)"
+                if imbalance
+                else "; one GPU: no imbalance to report"
+            )
         ),
     )
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+
 from conftest import Launch, Mode, Smoke, Torchrun
 
 REMEDY = (
@@ -12,14 +15,13 @@ REMEDY = (
 
 
 @pytest.fixture(scope="module")
-def ddp_run(request: pytest.FixtureRequest, mode: Mode, tmp_path_factory: pytest.TempPathFactory
-            ) -> Launch:
-    return Torchrun(request.config, mode, tmp_path_factory.mktemp("ddp"))(
-        "ddp", "--steps", "20"
-    )
+def ddp_run(
+    request: pytest.FixtureRequest, mode: Mode, tmp_path_factory: pytest.TempPathFactory
+) -> Launch:
+    return Torchrun(request.config, mode, tmp_path_factory.mktemp("ddp"))("ddp", "--steps", "20")
 
 
-def _ok(run: Launch, mode: Mode) -> list[dict[str, object]]:
+def _ok(run: Launch, mode: Mode) -> list[dict[str, Any]]:
     assert not run.timed_out, run.explain()
     assert run.rc == 0, run.explain()
     assert len(run.ranks) == mode.nproc, run.explain()
@@ -42,12 +44,12 @@ def test_ddp_sampler_shards_disjoint_and_cover(ddp_run: Launch, mode: Mode, smok
     (drop_last=False repeats the first ceil(n/w)*w - n indices so every rank gets as many)."""
     smoke.note(remedy=REMEDY)
     ranks = _ok(ddp_run, mode)
-    n = int(ranks[0]["sampler"]["dataset_size"])  # type: ignore[index]
+    n = int(ranks[0]["sampler"]["dataset_size"])
     w = len(ranks)
     per_rank = -(-n // w)
     padding = per_rank * w - n
     for epoch in ("0", "1"):
-        shards = [list(r["sampler"]["epochs"][epoch]) for r in ranks]  # type: ignore[index]
+        shards = [list(r["sampler"]["epochs"][epoch]) for r in ranks]
         assert all(len(s) == per_rank for s in shards), f"epoch {epoch}: unequal shards"
         assert all(len(set(s)) == len(s) for s in shards), f"epoch {epoch}: repeats in a shard"
         union = set().union(*map(set, shards))
@@ -57,8 +59,10 @@ def test_ddp_sampler_shards_disjoint_and_cover(ddp_run: Launch, mode: Mode, smok
             f"epoch {epoch}: ranks share {overlap} samples, expected only the {padding} "
             "padding samples"
         )
-    smoke.note(value=padding, message=(
-        f"{w} shards of {per_rank} cover {n} samples; overlap = padding ({padding})"))
+    smoke.note(
+        value=padding,
+        message=(f"{w} shards of {per_rank} cover {n} samples; overlap = padding ({padding})"),
+    )
 
 
 @pytest.mark.torchrun
@@ -66,7 +70,7 @@ def test_ddp_sampler_set_epoch_reshuffles(ddp_run: Launch, mode: Mode, smoke: Sm
     smoke.note(remedy=REMEDY)
     ranks = _ok(ddp_run, mode)
     for r in ranks:
-        e = r["sampler"]["epochs"]  # type: ignore[index]
+        e = r["sampler"]["epochs"]
         assert e["0"] != e["1"], f"rank {r['rank']}: set_epoch(1) gave the epoch-0 order"
 
 
@@ -75,9 +79,12 @@ def test_ddp_loss_decreases(ddp_run: Launch, mode: Mode, smoke: Smoke) -> None:
     smoke.note(remedy=REMEDY)
     ranks = _ok(ddp_run, mode)
     r0 = ranks[0]
-    first, last = float(r0["loss_first"]), float(r0["loss_last"])  # type: ignore[arg-type]
-    smoke.note(value=round(last, 5), threshold=round(first, 5),
-               message=f"mean loss {first:.4f} -> {last:.4f} over {r0['steps']} steps")
+    first, last = float(r0["loss_first"]), float(r0["loss_last"])
+    smoke.note(
+        value=round(last, 5),
+        threshold=round(first, 5),
+        message=f"mean loss {first:.4f} -> {last:.4f} over {r0['steps']} steps",
+    )
     assert last < first, f"loss did not decrease: {first} -> {last}"
 
 

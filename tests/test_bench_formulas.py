@@ -105,16 +105,31 @@ def test_cluster_threshold_needs_the_fabric_name() -> None:
 
 def test_override_wins_even_on_cpu() -> None:
     t = bench.lookup_threshold(None, 2, 1, override=0.5)
-    assert t.value == 0.5 and "option" in t.source
+    assert t.value == 0.5
+    assert "option" in t.source
 
 
 def test_user_table_is_read_before_the_shipped_one(tmp_path: Path) -> None:
     user = tmp_path / "bw.json"
-    user.write_text(json.dumps({"entries": [{
-        "name": "lab H200 box", "match": ["H200"], "scope": "node", "gpus": 8,
-        "min_busbw": 400, "source": "our acceptance test"}]}))
+    user.write_text(
+        json.dumps(
+            {
+                "entries": [
+                    {
+                        "name": "lab H200 box",
+                        "match": ["H200"],
+                        "scope": "node",
+                        "gpus": 8,
+                        "min_busbw": 400,
+                        "source": "our acceptance test",
+                    }
+                ]
+            }
+        )
+    )
     t = bench.lookup_threshold("NVIDIA H200", 8, 1, table=bench.load_table(user))
-    assert t.value == 400 and "lab H200 box" in t.source
+    assert t.value == 400
+    assert "lab H200 box" in t.source
 
 
 def test_malformed_or_missing_user_table_is_refused(tmp_path: Path) -> None:
@@ -133,15 +148,19 @@ def _row(size: int, busbw: float) -> BandwidthRow:
 def test_gate_uses_the_largest_size_not_the_average() -> None:
     rows = [_row(1024, 500.0), _row(2**30, 100.0), _row(2**20, 500.0)]
     rec = bench.gate(rows, bench.Threshold(333.0, "H200"), node="n1")
-    assert rec.status == "fail" and rec.value == 100.0 and rec.threshold == 333.0
-    assert "1G" in rec.message and rec.remedy
+    assert rec.status == "fail"
+    assert rec.value == 100.0
+    assert rec.threshold == 333.0
+    assert "1G" in rec.message
+    assert rec.remedy
     ok = bench.gate([_row(2**30, 400.0)], bench.Threshold(333.0, "H200"))
     assert ok.status == "pass"
 
 
 def test_gate_without_threshold_reports_and_passes() -> None:
     rec = bench.gate([_row(2**20, 0.7)], bench.Threshold(None, "CPU mode: no gate"))
-    assert rec.status == "pass" and "CPU mode" in rec.message
+    assert rec.status == "pass"
+    assert "CPU mode" in rec.message
 
 
 def test_gate_without_rows_fails() -> None:

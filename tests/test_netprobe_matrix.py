@@ -23,7 +23,8 @@ def _free_port() -> int:
 
 def test_parse_target_with_and_without_role() -> None:
     assert netprobe.parse_target("n1=10.0.0.1:29500:rendezvous") == netprobe.Target(
-        "n1", "10.0.0.1", 29500, "rendezvous")
+        "n1", "10.0.0.1", 29500, "rendezvous"
+    )
     assert netprobe.parse_target("n2=host:1").role == "probe"
     with pytest.raises(RefusedError, match="NAME=HOST:PORT"):
         netprobe.parse_target("n1:29500")
@@ -33,12 +34,13 @@ def test_parse_target_with_and_without_role() -> None:
     ("exc", "fragment"),
     [
         pytest.param(TimeoutError("timed out"), "DROP", id="timeout"),
-        pytest.param(ConnectionRefusedError(errno.ECONNREFUSED, "refused"), "nothing listens",
-                     id="refused"),
-        pytest.param(OSError(errno.EHOSTUNREACH, "No route to host"), "firewalld",
-                     id="no-route"),
-        pytest.param(OSError(errno.ENETUNREACH, "Network is unreachable"), "interface",
-                     id="net-unreachable"),
+        pytest.param(
+            ConnectionRefusedError(errno.ECONNREFUSED, "refused"), "nothing listens", id="refused"
+        ),
+        pytest.param(OSError(errno.EHOSTUNREACH, "No route to host"), "firewalld", id="no-route"),
+        pytest.param(
+            OSError(errno.ENETUNREACH, "Network is unreachable"), "interface", id="net-unreachable"
+        ),
         pytest.param(socket.gaierror(-2, "Name or service not known"), "resolve", id="dns"),
     ],
 )
@@ -49,32 +51,52 @@ def test_cause_names_the_likely_reason(exc: BaseException, fragment: str) -> Non
 def test_serve_and_connect_reach_each_other(tmp_path: Path) -> None:
     port = _free_port()
     accepted: list[int] = []
-    t = threading.Thread(target=lambda: accepted.append(
-        netprobe.serve("server", "127.0.0.1", [port], duration=10, expect=1)))
+    t = threading.Thread(
+        target=lambda: accepted.append(
+            netprobe.serve("server", "127.0.0.1", [port], duration=10, expect=1)
+        )
+    )
     t.start()
     time.sleep(0.2)
-    res = netprobe.probe("client", [netprobe.Target("server", "127.0.0.1", port)],
-                         timeout=2, retries=3, delay=0.2)
+    res = netprobe.probe(
+        "client", [netprobe.Target("server", "127.0.0.1", port)], timeout=2, retries=3, delay=0.2
+    )
     t.join(timeout=15)
     assert not t.is_alive(), "listener did not stop after the expected connection"
     assert accepted == [1]
-    assert res[0].ok and res[0].peer == "server"
+    assert res[0].ok
+    assert res[0].peer == "server"
 
 
-def test_closed_port_is_named_as_a_blocked_pair(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_closed_port_is_named_as_a_blocked_pair(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     port = _free_port()
     out = tmp_path / "probe.json"
     t0 = time.monotonic()
-    rc = netprobe.main(["connect", "--name", "a", "--timeout", "1", "--retries", "2",
-                        "--result-json", str(out), f"b=127.0.0.1:{port}:mesh"])
+    rc = netprobe.main(
+        [
+            "connect",
+            "--name",
+            "a",
+            "--timeout",
+            "1",
+            "--retries",
+            "2",
+            "--result-json",
+            str(out),
+            f"b=127.0.0.1:{port}:mesh",
+        ]
+    )
     assert time.monotonic() - t0 < 10
     assert rc == 1
     line = capsys.readouterr().out
-    assert f"BLOCKED a -> b (127.0.0.1:{port}, mesh)" in line and "nothing listens" in line
+    assert f"BLOCKED a -> b (127.0.0.1:{port}, mesh)" in line
+    assert "nothing listens" in line
     data = json.loads(out.read_text())
     rec = data["records"][0]
-    assert data["kind"] == "probe" and rec["status"] == "fail"
+    assert data["kind"] == "probe"
+    assert rec["status"] == "fail"
     assert "firewall-cmd" in rec["remedy"]
 
 

@@ -2,27 +2,37 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from gpufleet import bench, report
-from gpufleet.results import Record, ResultFile
+from gpufleet.commands import report as cmd
+from gpufleet.errors import RefusedError
+from gpufleet.results import Record, ResultFile, Status
 
 JUNIT = """<?xml version="1.0"?><testsuites><testsuite name="pytest">
 <testcase classname="checks.test_gpu" name="test_gpu_count"/>
-<testcase classname="checks.test_gpu" name="test_ecc"><failure message="2 uncorrectable"/></testcase>
+<testcase classname="checks.test_gpu" name="test_ecc">
+<failure message="2 uncorrectable"/></testcase>
 <testcase classname="checks.test_gpu" name="test_nvlink"><skipped message="no NVLink"/></testcase>
 </testsuite></testsuites>"""
 
 
-def _smoke(node: str, status: str = "pass", n: int = 3) -> ResultFile:
+def _smoke(node: str, status: Status = "pass", n: int = 3) -> ResultFile:
     rows = [bench.make_row(s, "float32", s / 1e9, n, "gloo") for s in (4096, 2**20)]
-    return ResultFile(kind="smoke", node=node, mode="cpu", started="2026-01-01T00:00:00Z",
-                      records=[Record("test_ddp_loss_decreases", status, node=node,
-                                      message="loss", remedy="do X")],
-                      bandwidth=rows)
+    return ResultFile(
+        kind="smoke",
+        node=node,
+        mode="cpu",
+        started="2026-01-01T00:00:00Z",
+        records=[
+            Record("test_ddp_loss_decreases", status, node=node, message="loss", remedy="do X")
+        ],
+        bandwidth=rows,
+    )
 
 
 @pytest.fixture
@@ -32,9 +42,16 @@ def run_dir(tmp_path: Path) -> Path:
     (d / "n2").mkdir(parents=True)
     (d / "n2" / "checks.xml").write_text(JUNIT)
     (d / "n2" / "allreduce.log").write_text("...\nERROR: torchrun ran past 300s and was killed\n")
-    (d / "run.json").write_text(json.dumps({
-        "run_id": "r1", "nodes": ["n1", "n2", "n3"], "mode": "cpu",
-        "expect": {"smoke": ["n1"], "allreduce": ["n2"], "checks": ["n3"]}}))
+    (d / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": "r1",
+                "nodes": ["n1", "n2", "n3"],
+                "mode": "cpu",
+                "expect": {"smoke": ["n1"], "allreduce": ["n2"], "checks": ["n3"]},
+            }
+        )
+    )
     return d
 
 
@@ -45,26 +62,35 @@ def test_collect_turns_missing_results_into_named_failures(run_dir: Path) -> Non
     assert ("n2", "allreduce:result") in fails  # expected, absent, log tail explains
     assert ("n3", "checks:result") in fails  # node gave nothing at all
     n2 = next(r for n, _k, r in s.failures() if n == "n2" and r.name == "allreduce:result")
-    assert "ran past 300s" in n2.message and "firewalld" in n2.remedy
-    assert s.exit_code == 1 and s.status == "fail"
+    assert "ran past 300s" in n2.message
+    assert "firewalld" in n2.remedy
+    assert s.exit_code == 1
+    assert s.status == "fail"
 
 
-def test_write_report_renders_all_three_files(run_dir: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_write_report_renders_all_three_files(
+    run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     rc = report.main([str(run_dir), "--latest"])
     assert rc == 1
     for name in report.SUMMARY_FILES:
         assert (run_dir / name).stat().st_size > 0, name
     assert (run_dir / "bandwidth.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads((run_dir / "summary.json").read_text())
-    assert data["status"] == "fail" and data["exit_code"] == 1
-    assert data["counts"]["fail"] == 3 and data["counts"]["skip"] == 1
+    assert data["status"] == "fail"
+    assert data["exit_code"] == 1
+    assert data["counts"]["fail"] == 3
+    assert data["counts"]["skip"] == 1
     for row in data["bandwidth"]:
         assert row["busbw"] == pytest.approx(row["algbw"] * 4 / 3, rel=1e-3)
     md = (run_dir / "summary.md").read_text()
-    assert "## Failures" in md and "n3" in md and "bandwidth.png" in md
+    assert "## Failures" in md
+    assert "n3" in md
+    assert "bandwidth.png" in md
     out = capsys.readouterr().out
-    assert "FAIL" in out and "n2" in out and "summary.md" in out
+    assert "FAIL" in out
+    assert "n2" in out
+    assert "summary.md" in out
     assert (run_dir.parent / "latest").resolve() == run_dir.resolve()
 
 
@@ -84,8 +110,6 @@ def test_unreadable_result_file_fails(tmp_path: Path) -> None:
 
 
 def test_missing_run_dir_is_refused(tmp_path: Path) -> None:
-    from gpufleet.errors import RefusedError
-
     with pytest.raises(RefusedError, match="not a directory"):
         report.collect(tmp_path / "nope")
 
@@ -110,9 +134,13 @@ def test_pair_analysis_names_the_node_common_to_failing_pairs(tmp_path: Path) ->
     for x, y in pairs:
         bad = "c" in (x, y)
         for node in (x, y):
-            ResultFile(kind=f"pair-{x}-{y}", node=node, mode="gpu", started="t",
-                       records=[Record("allreduce_busbw", "fail" if bad else "pass", node=node)]
-                       ).write(d / node / f"pair-{x}-{y}.json")
+            ResultFile(
+                kind=f"pair-{x}-{y}",
+                node=node,
+                mode="gpu",
+                started="t",
+                records=[Record("allreduce_busbw", "fail" if bad else "pass", node=node)],
+            ).write(d / node / f"pair-{x}-{y}.json")
     (d / "run.json").write_text(json.dumps({"nodes": nodes, "pairs": pairs}))
     s = report.collect(d)
     assert s.suspects == ["c"]
@@ -120,11 +148,8 @@ def test_pair_analysis_names_the_node_common_to_failing_pairs(tmp_path: Path) ->
 
 
 def test_report_subcommand_registers() -> None:
-    import argparse
-
-    from gpufleet.commands import report as cmd
-
     p = argparse.ArgumentParser()
     cmd.register(p.add_subparsers(dest="command"))
     args = p.parse_args(["report", "reports/x", "--no-plot"])
-    assert args.func is report.run and args.no_plot
+    assert args.func is report.run
+    assert args.no_plot

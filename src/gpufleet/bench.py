@@ -15,6 +15,8 @@ file); a user file with the same layout is consulted first. The pure functions h
 import torch; :func:`run_sweep` and :func:`check_allreduce` do, lazily.
 """
 
+# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
+
 from __future__ import annotations
 
 import json
@@ -109,6 +111,7 @@ def make_row(
     time_s: float,
     world_size: int,
     backend: str,
+    *,
     wrong: int = 0,
 ) -> BandwidthRow:
     """A BandwidthRow from a measured per-iteration time (seconds)."""
@@ -225,8 +228,11 @@ def lookup_threshold(
     return Threshold(
         None,
         f"no table entry for {gpu_name!r} x {world_size} ranks on {nnodes} node(s)"
-        + (f", fabric {fabric}" if fabric else (
-            "; multi-node rows need the fabric (verify_fabric)" if scope == "cluster" else ""))
+        + (
+            f", fabric {fabric}"
+            if fabric
+            else ("; multi-node rows need the fabric (verify_fabric)" if scope == "cluster" else "")
+        )
         + "; add one to a file named by verify_bandwidth_table or set verify_busbw_min",
     )
 
@@ -344,6 +350,8 @@ def run_sweep(
         t = float(tmax.item())
         if not math.isfinite(t) or t <= 0:
             t = 1e-9
-        rows.append(make_row(count * DTYPE_SIZES[dtype], dtype, t, world, backend, int(wbuf.item())))
+        rows.append(
+            make_row(count * DTYPE_SIZES[dtype], dtype, t, world, backend, wrong=int(wbuf.item()))
+        )
         del buf
     return rows

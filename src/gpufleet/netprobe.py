@@ -20,8 +20,11 @@ this node's interfaces (wrong interface or CIDR).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
 import errno
 import json
+import os
 import selectors
 import socket
 import sys
@@ -74,24 +77,34 @@ def parse_target(text: str) -> Target:
             role = "probe"
         return Target(name, host.strip("[]"), int(port), role)
     except ValueError:
-        raise RefusedError(f"cannot read probe target {text!r}; write NAME=HOST:PORT[:ROLE]") from None
+        raise RefusedError(
+            f"cannot read probe target {text!r}; write NAME=HOST:PORT[:ROLE]"
+        ) from None
 
 
 def cause_of(err: BaseException) -> str:
     if isinstance(err, TimeoutError | socket.timeout):
-        return ("packets dropped: a firewall DROP rule (firewalld zone without the port "
-                "open to the cluster CIDR) or the address is on another interface/network "
-                "than the one the nodes share")
+        return (
+            "packets dropped: a firewall DROP rule (firewalld zone without the port "
+            "open to the cluster CIDR) or the address is on another interface/network "
+            "than the one the nodes share"
+        )
     code = getattr(err, "errno", None)
     if code == errno.ECONNREFUSED:
-        return ("nothing listens there (port closed, another address bound, or a "
-                "firewall REJECT with tcp-reset)")
+        return (
+            "nothing listens there (port closed, another address bound, or a "
+            "firewall REJECT with tcp-reset)"
+        )
     if code == errno.EHOSTUNREACH:
-        return ("firewalld REJECT (icmp-host-prohibited) on the target, or the host is "
-                "down: open the port with firewall-cmd --add-port or the cluster_network role")
+        return (
+            "firewalld REJECT (icmp-host-prohibited) on the target, or the host is "
+            "down: open the port with firewall-cmd --add-port or the cluster_network role"
+        )
     if code == errno.ENETUNREACH:
-        return ("no route from this node: wrong interface or gpufleet_cluster_address "
-                "outside gpufleet_cluster_cidr")
+        return (
+            "no route from this node: wrong interface or gpufleet_cluster_address "
+            "outside gpufleet_cluster_cidr"
+        )
     if isinstance(err, socket.gaierror):
         return "the name does not resolve: use addresses or fix /etc/hosts"
     return "see the error"
@@ -111,8 +124,13 @@ def connect_once(t: Target, timeout: float) -> tuple[bool, str, str, float]:
         return False, f"{type(exc).__name__}: {exc}", cause_of(exc), time.monotonic() - t0
 
 
-def probe(source: str, targets: Sequence[Target], timeout: float = 3.0, retries: int = 3,
-          delay: float = 1.0) -> list[ProbeResult]:
+def probe(
+    source: str,
+    targets: Sequence[Target],
+    timeout: float = 3.0,
+    retries: int = 3,
+    delay: float = 1.0,
+) -> list[ProbeResult]:
     results = []
     for t in targets:
         ok, err, extra, secs = False, "", "", 0.0
@@ -122,11 +140,20 @@ def probe(source: str, targets: Sequence[Target], timeout: float = 3.0, retries:
                 break
             if attempt + 1 < retries:
                 time.sleep(delay)
-        results.append(ProbeResult(
-            source=source, target=t.name, host=t.host, port=t.port, role=t.role, ok=ok,
-            seconds=round(secs, 4), error=err if not ok else "", cause=extra if not ok else "",
-            peer=extra if ok else "",
-        ))
+        results.append(
+            ProbeResult(
+                source=source,
+                target=t.name,
+                host=t.host,
+                port=t.port,
+                role=t.role,
+                ok=ok,
+                seconds=round(secs, 4),
+                error=err if not ok else "",
+                cause=extra if not ok else "",
+                peer=extra if ok else "",
+            )
+        )
     return results
 
 
@@ -160,11 +187,8 @@ def serve(name: str, bind: str, ports: Sequence[int], duration: float, expect: i
                     conn, _addr = lsock.accept()
                 except BlockingIOError:
                     continue
-                with conn:
-                    try:
-                        conn.sendall(f"{name}\n".encode())
-                    except OSError:
-                        pass
+                with conn, contextlib.suppress(OSError):
+                    conn.sendall(f"{name}\n".encode())
                 accepted += 1
         return accepted
     finally:
@@ -174,8 +198,11 @@ def serve(name: str, bind: str, ports: Sequence[int], duration: float, expect: i
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="gpufleet probe", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="gpufleet probe",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(p)
     return run(p.parse_args(argv))
 
@@ -202,8 +229,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.probe_cmd == "serve":
         if args.pidfile:
-            import os
-
             Path(args.pidfile).write_text(f"{os.getpid()}\n", encoding="utf-8")
         n = serve(args.name, args.bind, args.port, args.duration, args.expect)
         print(f"{args.name}: accepted {n} connection(s) on {args.bind}:{args.port}")
@@ -214,8 +239,9 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         print(r.line())
     if args.json:
-        Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n",
-                                   encoding="utf-8")
+        Path(args.json).write_text(
+            json.dumps([asdict(r) for r in results], indent=2) + "\n", encoding="utf-8"
+        )
     if args.result_json:
         result_file(args.name, results, time.time() - t0).write(args.result_json)
     return 0 if all(r.ok for r in results) else 1
@@ -229,19 +255,22 @@ def result_file(node: str, results: Sequence[ProbeResult], duration: float) -> R
             node=node,
             value=round(r.seconds * 1000, 2),
             message=r.line(),
-            remedy="" if r.ok else (
+            remedy=""
+            if r.ok
+            else (
                 f"{r.cause}. On {r.target}: firewall-cmd --list-all; ss -ltn | grep {r.port}; "
                 f"ip -br addr (is {r.host} on the cluster network?)"
             ),
         )
         for r in results
     ]
-    import datetime
-
     return ResultFile(
-        kind="probe", node=node, mode="net",
+        kind="probe",
+        node=node,
+        mode="net",
         started=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        duration_s=duration, records=recs,
+        duration_s=duration,
+        records=recs,
     )
 
 

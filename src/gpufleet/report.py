@@ -17,8 +17,11 @@ file and the last lines of its log. Pair runs (kind "pair-<a>-<b>") name the nod
 a node is suspect when every pair it was in failed while some other pair passed.
 """
 
+# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
+
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
@@ -29,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpufleet.bench import human_size
+from gpufleet.errors import RefusedError
 from gpufleet.results import SCHEMA, BandwidthRow, Record, ResultFile, load_result_file
 from gpufleet.results import write_json_atomic as _write_json
 
@@ -43,8 +48,9 @@ class NodeResult:
 
     def all_records(self) -> list[tuple[str, Record]]:
         out = [(f.kind, r) for f in self.files for r in f.records]
-        return out + [(r.name.split(":", 1)[0] if ":" in r.name else "run", r)
-                      for r in self.records]
+        return out + [
+            (r.name.split(":", 1)[0] if ":" in r.name else "run", r) for r in self.records
+        ]
 
 
 @dataclass
@@ -57,8 +63,9 @@ class Summary:
     pair_results: list[dict[str, Any]] = field(default_factory=list)
 
     def rows(self) -> list[tuple[str, str, Record]]:
-        return [(n, kind, r) for n, nr in sorted(self.nodes.items())
-                for kind, r in nr.all_records()]
+        return [
+            (n, kind, r) for n, nr in sorted(self.nodes.items()) for kind, r in nr.all_records()
+        ]
 
     def counts(self) -> dict[str, int]:
         c = dict.fromkeys(("pass", "warn", "fail", "skip"), 0)
@@ -100,8 +107,14 @@ def junit_records(path: Path, node: str) -> list[Record]:
     try:
         root = ET.parse(path).getroot()
     except (ET.ParseError, OSError) as exc:
-        return [Record(name=f"{path.stem}:junit", status="fail", node=node,
-                       message=f"unreadable JUnit file {path.name}: {exc}")]
+        return [
+            Record(
+                name=f"{path.stem}:junit",
+                status="fail",
+                node=node,
+                message=f"unreadable JUnit file {path.name}: {exc}",
+            )
+        ]
     recs = []
     for tc in root.iter("testcase"):
         name = f"{path.stem}:{tc.get('name', '?')}"
@@ -119,8 +132,6 @@ def junit_records(path: Path, node: str) -> list[Record]:
 def collect(run_dir: str | os.PathLike[str]) -> Summary:
     run = Path(run_dir)
     if not run.is_dir():
-        from gpufleet.errors import RefusedError
-
         raise RefusedError(f"{run} is not a directory (expected reports/<run-id>)")
     info: dict[str, Any] = {}
     if (run / "run.json").is_file():
@@ -136,9 +147,15 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
             try:
                 rf = load_result_file(f)
             except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
-                nr.records.append(Record(name=f"{f.stem}:result", status="fail", node=name,
-                                         message=f"unreadable result file {f.name}: {exc}",
-                                         remedy="rerun make verify; report the file if it persists"))
+                nr.records.append(
+                    Record(
+                        name=f"{f.stem}:result",
+                        status="fail",
+                        node=name,
+                        message=f"unreadable result file {f.name}: {exc}",
+                        remedy="rerun make verify; report the file if it persists",
+                    )
+                )
                 continue
             nr.files.append(rf)
             seen.add(f.stem)
@@ -149,18 +166,29 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
         for kind, expected_nodes in info.get("expect", {}).items():
             if name in expected_nodes and kind not in seen:
                 tail = _log_tail(d / f"{kind}.log")
-                nr.records.append(Record(
-                    name=f"{kind}:result", status="fail", node=name,
-                    message=f"no {kind}.json from {name}"
-                    + (f"; last lines of {kind}.log:\n{tail}" if tail else
-                       " and no log (the task did not start or the fetch failed)"),
-                    remedy=_remedy_for(tail) if tail else (
-                        f"see the ansible output for {name}: the {kind} step failed or was "
-                        "skipped before writing its result"),
-                ))
+                nr.records.append(
+                    Record(
+                        name=f"{kind}:result",
+                        status="fail",
+                        node=name,
+                        message=f"no {kind}.json from {name}"
+                        + (
+                            f"; last lines of {kind}.log:\n{tail}"
+                            if tail
+                            else " and no log (the task did not start or the fetch failed)"
+                        ),
+                        remedy=_remedy_for(tail)
+                        if tail
+                        else (
+                            f"see the ansible output for {name}: the {kind} step failed or was "
+                            "skipped before writing its result"
+                        ),
+                    )
+                )
         nodes[name] = nr
-    summary = Summary(run_id=str(info.get("run_id", run.name)), run_dir=run, run_info=info,
-                      nodes=nodes)
+    summary = Summary(
+        run_id=str(info.get("run_id", run.name)), run_dir=run, run_info=info, nodes=nodes
+    )
     _analyse_pairs(summary)
     return summary
 
@@ -168,19 +196,25 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
 def _remedy_for(log_tail: str) -> str:
     t = log_tail.lower()
     if "usage:" in t or "error: unrecognized arguments" in t or "ambiguous option" in t:
-        return ("the launcher refused its arguments: gpufleet and torch on this node do not "
-                "match (rerun make provision) or this is a gpufleet bug; see the log")
+        return (
+            "the launcher refused its arguments: gpufleet and torch on this node do not "
+            "match (rerun make provision) or this is a gpufleet bug; see the log"
+        )
     if "address already in use" in t or "eaddrinuse" in t:
         return "the rendezvous port is busy: stop the old run or set gpufleet_rdzv_port"
     if "no module named" in t:
         return "the env lacks a package: rerun make provision (torch_env role)"
     if "connection refused" in t or "no route to host" in t:
-        return ("connection to the rendezvous failed: check the master's address "
-                "(gpufleet_cluster_address), firewalld, and that the port is free")
+        return (
+            "connection to the rendezvous failed: check the master's address "
+            "(gpufleet_cluster_address), firewalld, and that the port is free"
+        )
     if "ran past" in t or "timed out" in t or "timeout" in t:
-        return ("a peer never joined or stalled: run `gpufleet probe` between the nodes, check "
-                "firewalld (open gpufleet_rdzv_port and the NCCL ports to the cluster CIDR) "
-                "and NCCL_SOCKET_IFNAME in /etc/gpufleet/nccl.env")
+        return (
+            "a peer never joined or stalled: run `gpufleet probe` between the nodes, check "
+            "firewalld (open gpufleet_rdzv_port and the NCCL ports to the cluster CIDR) "
+            "and NCCL_SOCKET_IFNAME in /etc/gpufleet/nccl.env"
+        )
     return "read the log above; rerun the failing step by hand on that node"
 
 
@@ -240,9 +274,14 @@ def to_json(s: Summary) -> dict[str, Any]:
 def render_markdown(s: Summary) -> str:
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
-    env = Environment(loader=PackageLoader("gpufleet", "templates"), autoescape=False,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                      keep_trailing_newline=True)
+    env = Environment(
+        loader=PackageLoader("gpufleet", "templates"),
+        autoescape=False,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     return env.get_template("summary.md.j2").render(s=to_json(s))
 
 
@@ -257,14 +296,21 @@ def plot_bandwidth(s: Summary, path: Path) -> Path:
     for kind, node, row in s.bandwidth():
         label = f"{kind} ({node}, n={row.world_size}, {row.backend})"
         series.setdefault(label, []).append(row)
-    for label, rows in sorted(series.items()):
-        rows = sorted(rows, key=lambda r: r.size_bytes)
+    for label, unsorted in sorted(series.items()):
+        rows = sorted(unsorted, key=lambda r: r.size_bytes)
         xs = [r.size_bytes for r in rows]
         ax.plot(xs, [r.busbw for r in rows], marker="o", label=f"busbw {label}")
-        ax.plot(xs, [r.algbw for r in rows], marker=".", linestyle="--", alpha=0.6,
-                label=f"algbw {label}")
-    gates = [f.meta["threshold"] for nr in s.nodes.values() for f in nr.files
-             if f.meta.get("threshold")]
+        ax.plot(
+            xs,
+            [r.algbw for r in rows],
+            marker=".",
+            linestyle="--",
+            alpha=0.6,
+            label=f"algbw {label}",
+        )
+    gates = [
+        f.meta["threshold"] for nr in s.nodes.values() for f in nr.files if f.meta.get("threshold")
+    ]
     threshold = gates[0] if gates else None
     if threshold:
         ax.axhline(float(threshold), color="red", linestyle=":", label=f"gate {threshold} GB/s")
@@ -296,17 +342,21 @@ def table(s: Summary) -> str:
         if not per:
             lines.append(f"{n:<20} {'(no results)':<18}")
         for kind, c in sorted(per.items()):
-            lines.append(f"{n:<20} {kind:<18} {c['pass']:>5} {c['warn']:>5} {c['fail']:>5} "
-                         f"{c['skip']:>5}")
+            lines.append(
+                f"{n:<20} {kind:<18} {c['pass']:>5} {c['warn']:>5} {c['fail']:>5} {c['skip']:>5}"
+            )
     bw = s.bandwidth()
     if bw:
-        lines += ["", f"{'source':<22} {'node':<14} {'n':>3} {'size':>8} {'time_us':>11} "
-                      f"{'algbw':>9} {'busbw':>9} {'wrong':>6}"]
-        from gpufleet.bench import human_size
-
+        lines += [
+            "",
+            f"{'source':<22} {'node':<14} {'n':>3} {'size':>8} {'time_us':>11} "
+            f"{'algbw':>9} {'busbw':>9} {'wrong':>6}",
+        ]
         for kind, n, b in bw:
-            lines.append(f"{kind:<22} {n:<14} {b.world_size:>3} {human_size(b.size_bytes):>8} "
-                         f"{b.time_us:>11.1f} {b.algbw:>9.3f} {b.busbw:>9.3f} {b.wrong:>6}")
+            lines.append(
+                f"{kind:<22} {n:<14} {b.world_size:>3} {human_size(b.size_bytes):>8} "
+                f"{b.time_us:>11.1f} {b.algbw:>9.3f} {b.busbw:>9.3f} {b.wrong:>6}"
+            )
     fails = s.failures()
     if fails:
         lines += ["", "FAILURES:"]
@@ -358,15 +408,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ``python -m gpufleet.report --pair-rounds N1 N2 ...`` prints the pair rounds as JSON
     (used by playbooks/verify.yml)."""
-    import argparse
-
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["--pair-rounds"]:
         print(json.dumps(ring_pair_rounds(args_list[1:])))
         return 0
 
-    p = argparse.ArgumentParser(prog="gpufleet report", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="gpufleet report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(p)
     return run(p.parse_args(args_list))
 

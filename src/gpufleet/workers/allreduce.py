@@ -7,6 +7,8 @@ as bandwidth (rank 0's node only carries the rows). Time per size = max over ran
 per-iteration mean.
 """
 
+# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
+
 from __future__ import annotations
 
 import argparse
@@ -27,18 +29,26 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
     started = datetime.datetime.now(datetime.timezone.utc)
     wrong = bench.check_allreduce(device, env.world_size, env.rank)
     hosts: list[Any] = [None] * env.world_size
-    dist.all_gather_object(hosts, {"rank": env.rank, "host": socket.gethostname(),
-                                   "device": str(device)})
+    dist.all_gather_object(
+        hosts, {"rank": env.rank, "host": socket.gethostname(), "device": str(device)}
+    )
     wrong_t = torch.tensor([wrong], dtype=torch.int64, device=device)
     dist.all_reduce(wrong_t)
     total_wrong = int(wrong_t.item())
     rows = bench.run_sweep(
-        bench.parse_sizes(args.sizes), dtype=args.dtype, warmup=args.warmup,
-        iters=args.iters, device=device, backend=backend,
+        bench.parse_sizes(args.sizes),
+        dtype=args.dtype,
+        warmup=args.warmup,
+        iters=args.iters,
+        device=device,
+        backend=backend,
     )
     gpu = str(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     threshold = bench.lookup_threshold(
-        gpu, env.world_size, env.nnodes, fabric=args.fabric,
+        gpu,
+        env.world_size,
+        env.nnodes,
+        fabric=args.fabric,
         table=bench.load_table(args.bandwidth_table or None),
         override=args.busbw_min if args.busbw_min > 0 else None,
     )
@@ -53,7 +63,9 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
             f"sum of rank+1 over {env.world_size} ranks = {bench.expected_sum(env.world_size)}: "
             f"{total_wrong} wrong elements over all ranks"
         ),
-        remedy="" if total_wrong == 0 else (
+        remedy=""
+        if total_wrong == 0
+        else (
             "wrong all-reduce results: run the node checks (ECC, row remapping) on every "
             "node of this run; NCCL_DEBUG=INFO"
         ),
@@ -112,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.sizes:
         import torch
 
-        args.sizes = bench.DEFAULT_GPU_SIZES if torch.cuda.is_available() else (
-            bench.DEFAULT_CPU_SIZES)
+        args.sizes = (
+            bench.DEFAULT_GPU_SIZES if torch.cuda.is_available() else (bench.DEFAULT_CPU_SIZES)
+        )
     return run_worker("allreduce", body, args)
 
 

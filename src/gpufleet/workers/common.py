@@ -1,5 +1,7 @@
 """What every worker shares: rank environment, backend choice, bounded init, per-rank JSON."""
 
+# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
+
 from __future__ import annotations
 
 import argparse
@@ -96,8 +98,11 @@ def device_name(device: Any) -> str | None:
     return None
 
 
-def run_worker(name: str, body: Callable[[RankEnv, str, Any, argparse.Namespace], dict[str, Any]],
-               args: argparse.Namespace) -> int:
+def run_worker(
+    name: str,
+    body: Callable[[RankEnv, str, Any, argparse.Namespace], dict[str, Any]],
+    args: argparse.Namespace,
+) -> int:
     """Init, run ``body``, write rank<N>.json (also on error), destroy the group."""
     import torch.distributed as dist
 

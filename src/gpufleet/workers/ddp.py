@@ -5,6 +5,8 @@ covering, and that set_epoch reshuffles), the loss per step, and a SHA-256 of th
 parameters plus an in-worker cross-rank comparison (all_gather of a checksum).
 """
 
+# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +30,12 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
     y = x @ w_true + 0.01 * torch.randn(n, 1, generator=g)
     dataset = TensorDataset(torch.arange(n), x, y)
 
-    sampler = DistributedSampler(
-        dataset, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=args.seed,
+    sampler: Any = DistributedSampler(
+        dataset,
+        num_replicas=env.world_size,
+        rank=env.rank,
+        shuffle=True,
+        seed=args.seed,
         drop_last=False,
     )
     epochs: dict[str, list[int]] = {}
@@ -51,11 +57,11 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
     epoch = 0
     while steps < args.steps:
         sampler.set_epoch(epoch)
-        for _idx, xb, yb in loader:
-            xb, yb = xb.to(device), yb.to(device)
+        for _idx, xb_cpu, yb_cpu in loader:
+            xb, yb = xb_cpu.to(device), yb_cpu.to(device)
             opt.zero_grad(set_to_none=True)
             loss = torch.nn.functional.mse_loss(ddp(xb), yb)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             opt.step()
             # the mean loss over ranks, so every rank sees the same curve
             lt = loss.detach().clone()

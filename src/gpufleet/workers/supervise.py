@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -49,10 +50,8 @@ def kill_group(pgid: int, grace: float) -> bool:
         if not group_alive(pgid):
             return True
         time.sleep(0.1)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     return True
 
 
@@ -74,8 +73,15 @@ def read_env_file(path: str) -> dict[str, str]:
     return env
 
 
-def run(cmd: Sequence[str], timeout: float, grace: float = 5.0,
-        pidfile: str = "", log: str = "", env_file: str = "") -> tuple[int, bool, bool]:
+def run(
+    cmd: Sequence[str],
+    timeout: float,
+    *,
+    grace: float = 5.0,
+    pidfile: str = "",
+    log: str = "",
+    env_file: str = "",
+) -> tuple[int, bool, bool]:
     """(exit code, timed_out, leftovers_killed)."""
     out = open(log, "ab") if log else None  # noqa: SIM115 - closed below
     env = dict(os.environ)
@@ -86,8 +92,11 @@ def run(cmd: Sequence[str], timeout: float, grace: float = 5.0,
             out.write(f"supervise: environment from {env_file}: {sorted(extra)}\n".encode())
             out.flush()
         proc = subprocess.Popen(
-            list(cmd), start_new_session=True, stdout=out,
-            stderr=subprocess.STDOUT if out else None, env=env,
+            list(cmd),
+            start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            env=env,
         )
         if pidfile:
             Path(pidfile).write_text(f"{proc.pid}\n", encoding="utf-8")
@@ -112,26 +121,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--grace", type=float, default=5.0, help="SIGTERM -> SIGKILL delay")
     p.add_argument("--pidfile", default="")
     p.add_argument("--log", default="")
-    p.add_argument("--env-file", default="", help="KEY=VALUE file added to the environment "
-                   "when it exists (/etc/gpufleet/nccl.env)")
+    p.add_argument(
+        "--env-file",
+        default="",
+        help="KEY=VALUE file added to the environment when it exists (/etc/gpufleet/nccl.env)",
+    )
     p.add_argument("cmd", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     if not cmd:
         p.error("no command given after --")
-    rc, timed_out, leftovers = run(cmd, args.timeout, args.grace, args.pidfile, args.log,
-                                   args.env_file)
+    rc, timed_out, leftovers = run(
+        cmd,
+        args.timeout,
+        grace=args.grace,
+        pidfile=args.pidfile,
+        log=args.log,
+        env_file=args.env_file,
+    )
     if timed_out:
-        msg = (f"ERROR: {cmd[0]} ran past {args.timeout:g}s and was killed (process group "
-               "SIGTERM/SIGKILL); a peer is probably dead or unreachable")
+        msg = (
+            f"ERROR: {cmd[0]} ran past {args.timeout:g}s and was killed (process group "
+            "SIGTERM/SIGKILL); a peer is probably dead or unreachable"
+        )
         if args.log:
             with open(args.log, "a", encoding="utf-8") as fh:
                 fh.write(msg + "\n")
-        print(f"ERROR: {cmd[0]} ran past {args.timeout:g}s and was killed (process group "
-              "SIGTERM/SIGKILL); a peer is probably dead or unreachable", file=sys.stderr)
+        print(
+            f"ERROR: {cmd[0]} ran past {args.timeout:g}s and was killed (process group "
+            "SIGTERM/SIGKILL); a peer is probably dead or unreachable",
+            file=sys.stderr,
+        )
     if leftovers:
-        print("WARNING: processes were left in the group after the launcher exited; killed",
-              file=sys.stderr)
+        print(
+            "WARNING: processes were left in the group after the launcher exited; killed",
+            file=sys.stderr,
+        )
     return rc
 
 

@@ -14,6 +14,8 @@ turned into running statistics the way SyncBatchNorm does it, must equal the glo
 statistics.
 """
 
+# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
+
 from __future__ import annotations
 
 import argparse
@@ -42,19 +44,24 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
     ref = torch.nn.BatchNorm1d(c, momentum=mom)
     ref.train()
     ref(global_x)
+    assert ref.running_mean is not None
+    assert ref.running_var is not None
     ref_mean, ref_var = ref.running_mean.clone(), ref.running_var.clone()
 
     torch.manual_seed(args.seed)
     model = torch.nn.Sequential(torch.nn.BatchNorm1d(c, momentum=mom))
-    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)  # type: ignore[no-untyped-call]
     converted = type(model[0]).__name__
     model = model.to(device)
-    out: dict[str, Any] = {"converted_to": converted, "ref_mean": ref_mean.tolist(),
-                           "ref_var": ref_var.tolist()}
+    out: dict[str, Any] = {
+        "converted_to": converted,
+        "ref_mean": ref_mean.tolist(),
+        "ref_var": ref_var.tolist(),
+    }
     if device.type == "cuda":
         ddp = DDP(model, device_ids=[device.index])
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01)  # built after conversion + DDP
-        ddp.train()
+        ddp.train()  # type: ignore[no-untyped-call]
         y = ddp(local_x.to(device))
         y.square().mean().backward()
         opt.step()
@@ -80,10 +87,13 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
             out["forward_error"] = str(exc)
         out["path"] = "manual-allreduce"
         # what gloo supports: all-reduce of the per-rank moments, combined as SyncBN does
-        stats = torch.stack([
-            local_x.sum(0), local_x.square().sum(0),
-            torch.full((c,), float(local_x.shape[0])),
-        ])
+        stats = torch.stack(
+            [
+                local_x.sum(0),
+                local_x.square().sum(0),
+                torch.full((c,), float(local_x.shape[0])),
+            ]
+        )
         dist.all_reduce(stats)
         n = stats[2]
         gmean = stats[0] / n
@@ -95,9 +105,7 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
     gathered = [torch.zeros(2 * c, device=device) for _ in range(env.world_size)]
     dist.all_gather(gathered, torch.cat([mean_cpu, var_cpu]).to(device))
     rank_diff = max(float((t.cpu() - gathered[0].cpu()).abs().max()) for t in gathered)
-    ref_diff = float(
-        max((mean_cpu - ref_mean).abs().max(), (var_cpu - ref_var).abs().max())
-    )
+    ref_diff = float(max((mean_cpu - ref_mean).abs().max(), (var_cpu - ref_var).abs().max()))
     cpu_errors_ok = device.type == "cuda" or (
         out.get("ddp_error") is not None and out.get("forward_error") is not None
     )
