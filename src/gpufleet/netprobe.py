@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from gpufleet.errors import RefusedError
+from gpufleet.errors import GpufleetError, RefusedError
 from gpufleet.results import Record, ResultFile
 
 
@@ -204,7 +204,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(p)
-    return run(p.parse_args(argv))
+    try:
+        return run(p.parse_args(argv))
+    except GpufleetError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.bench import human_size
-from gpufleet.errors import RefusedError
+from gpufleet.errors import GpufleetError, RefusedError
 from gpufleet.results import SCHEMA, BandwidthRow, Record, ResultFile, load_result_file
 from gpufleet.results import write_json_atomic as _write_json
 
@@ -163,8 +163,9 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
             if x.stem not in seen:
                 nr.records.extend(junit_records(x, name))
                 seen.add(x.stem)
+        dropped = info.get("dropped", {}).get(name)
         for kind, expected_nodes in info.get("expect", {}).items():
-            if name in expected_nodes and kind not in seen:
+            if dropped is None and name in expected_nodes and kind not in seen:
                 tail = _log_tail(d / f"{kind}.log")
                 nr.records.append(
                     Record(
@@ -185,6 +186,19 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
                         ),
                     )
                 )
+        if dropped is not None:
+            nr.records.append(
+                Record(
+                    name="ansible:node",
+                    status="fail",
+                    node=name,
+                    message=f"{name} dropped out of the run: {str(dropped).strip()[-600:]}",
+                    remedy=(
+                        f"fix {name} (make provision, or check SSH/reachability) "
+                        "and rerun make verify"
+                    ),
+                )
+            )
         nodes[name] = nr
     summary = Summary(
         run_id=str(info.get("run_id", run.name)), run_dir=run, run_info=info, nodes=nodes
@@ -419,7 +433,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(p)
-    return run(p.parse_args(args_list))
+    try:
+        return run(p.parse_args(args_list))
+    except GpufleetError as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return exc.exit_code
 
 
 def add_arguments(p: Any) -> None:
