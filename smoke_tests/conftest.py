@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,13 +152,15 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"gpufleet smoke: {config.stash[_MODE].describe()}, node {_node(config)}"
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-    report = yield
+# old-style wrapper: works with the pluggy of any pytest >= 7 a node env may have
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
     coll = item.config.stash[_COLLECTED]
     done = (report.when == "call") or (report.when == "setup" and not report.passed)
     if not done and not (report.when == "teardown" and report.failed):
-        return report
+        return
     note = coll.notes.get(item.nodeid, {})
     if report.skipped:
         status: Status = "skip"
@@ -185,7 +188,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     # a teardown failure after a passed call replaces the call's record
     coll.records = [r for r in coll.records if r.name != rec.name]
     coll.records.append(rec)
-    return report
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -380,6 +380,11 @@ def table(s: Summary) -> str:
                 lines.append(f"      -> {r.remedy}")
     if s.suspects:
         lines += ["", "Pair reruns point at: " + ", ".join(s.suspects)]
+        if s.pair_results and all(p["status"] == "fail" for p in s.pair_results):
+            lines.append(
+                "  (every pair failed: not one bad node - look at what they share: the "
+                "threshold, the fabric/switch, nccl.env)"
+            )
     return "\n".join(lines)
 
 
