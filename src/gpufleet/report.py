@@ -308,18 +308,20 @@ def plot_bandwidth(s: Summary, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     series: dict[str, list[BandwidthRow]] = {}
     for kind, node, row in s.bandwidth():
-        label = f"{kind} ({node}, n={row.world_size}, {row.backend})"
+        what = {"allreduce": "cluster", "smoke": "single-node"}.get(kind, kind)
+        label = f"{what} ({node}, n={row.world_size}, {row.backend})"
         series.setdefault(label, []).append(row)
     for label, unsorted in sorted(series.items()):
         rows = sorted(unsorted, key=lambda r: r.size_bytes)
         xs = [r.size_bytes for r in rows]
-        ax.plot(xs, [r.busbw for r in rows], marker="o", label=f"busbw {label}")
+        (line,) = ax.plot(xs, [r.busbw for r in rows], marker="o", label=f"busbw {label}")
         ax.plot(
             xs,
             [r.algbw for r in rows],
             marker=".",
             linestyle="--",
             alpha=0.6,
+            color=line.get_color(),
             label=f"algbw {label}",
         )
     gates = [
