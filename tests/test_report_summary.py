@@ -81,6 +81,7 @@ def test_write_report_renders_all_three_files(
     assert data["exit_code"] == 1
     assert data["counts"]["fail"] == 3
     assert data["counts"]["skip"] == 1
+    assert data["busbw_factors"] == {"3": pytest.approx(4 / 3, rel=1e-5)}
     for row in data["bandwidth"]:
         assert row["busbw"] == pytest.approx(row["algbw"] * 4 / 3, rel=1e-3)
     md = (run_dir / "summary.md").read_text()

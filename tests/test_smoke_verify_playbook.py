@@ -109,6 +109,7 @@ def test_two_nodes_all_reduce_and_report(repo_root: Path, tmp_path: Path) -> Non
     for node in ("n1", "n2"):
         assert (run / node / "probe.json").is_file()
         assert (run / node / "allreduce.json").is_file()
+    assert summary["busbw_factors"] == {"4": 1.5}
     rows = summary["bandwidth"]
     assert rows, "no bandwidth rows"
     for r in rows:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.bench import human_size
+from gpufleet.bench import busbw_factor, human_size
 from gpufleet.errors import GpufleetError, RefusedError
 from gpufleet.results import SCHEMA, BandwidthRow, Record, ResultFile, load_result_file
 from gpufleet.results import write_json_atomic as _write_json
@@ -272,7 +272,7 @@ def to_json(s: Summary) -> dict[str, Any]:
         "run": s.run_info,
         "nodes": {
             n: {
-                "mode": sorted({f.mode for f in nr.files}),
+                "mode": sorted({f.mode for f in nr.files if f.mode in ("gpu", "cpu")}),
                 "files": [f.kind for f in nr.files],
                 "records": [{"kind": k, **r.to_dict()} for k, r in nr.all_records()],
             }
@@ -280,6 +280,10 @@ def to_json(s: Summary) -> dict[str, Any]:
         },
         "failures": [{"node": n, "kind": k, **r.to_dict()} for n, k, r in s.failures()],
         "bandwidth": [{"source": k, "node": n, **b.to_dict()} for k, n, b in s.bandwidth()],
+        "busbw_factors": {
+            str(w): round(busbw_factor(w), 6)
+            for w in sorted({b.world_size for *_, b in s.bandwidth()})
+        },
         "pairs": s.pair_results,
         "suspect_nodes": s.suspects,
     }
