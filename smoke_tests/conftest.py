@@ -16,6 +16,7 @@ test asserts that no worker process outlived it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -143,7 +144,20 @@ def smoke(request: pytest.FixtureRequest) -> Smoke:
     return Smoke(request.config.stash[_COLLECTED], request.node.nodeid, _node(request.config))
 
 
+def _sigterm(signum: int, frame: object) -> None:
+    # turn SIGTERM (e.g. from `timeout` around pytest) into an interrupt: a running
+    # torchrun's process group is killed on the way out instead of being orphaned, and
+    # pytest stops the session (still writing the JUnit and JSON files)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    signal.signal(signal.SIGTERM, _sigterm)
     config.stash[_COLLECTED] = _Collected()
     config.stash[_MODE] = detect_mode(int(config.getoption("--cpu-nproc")))
 
@@ -333,7 +347,10 @@ class Torchrun:
             timed_out = False
             try:
                 rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+            except BaseException as exc:  # timeout, Ctrl-C, SIGTERM (see pytest_configure)
+                if not isinstance(exc, subprocess.TimeoutExpired):
+                    _kill_group(proc.pid)
+                    raise
                 timed_out = True
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:
