@@ -103,3 +103,28 @@ provision: setup wheel ## provision the nodes of $(INVENTORY): driver, toolkit, 
 syntax-check: setup ## ansible-playbook --syntax-check of site.yml and the playbooks
 	$(BIN)/ansible-playbook --syntax-check -i $(INVENTORY) site.yml
 	$(BIN)/ansible-playbook --syntax-check -i $(INVENTORY) playbooks/provision.yml
+
+# --- verify ---
+# make verify: node checks, port pre-check, torchrun smoke runs and the cluster all-reduce
+# on every node of $(INVENTORY), then the report under reports/<run-id>/ (reports/latest).
+# Exit 1 when the report has a failure. make smoke: the single-node suite here, with .venv.
+SMOKE_ARGS ?=
+VERIFY_ARGS ?=
+RUN_ID ?= $(shell date -u +%Y%m%dT%H%M%SZ)
+
+.PHONY: verify
+verify: setup ## verify the nodes of INVENTORY (checks, pre-check, torchrun, report); exit 1 on failure
+	@rc=0; $(BIN)/ansible-playbook playbooks/verify.yml -i $(INVENTORY) \
+		-e verify_run_id=$(RUN_ID) $(VERIFY_ARGS) || rc=$$?; \
+	summary=reports/$(RUN_ID)/summary.json; \
+	if [ ! -f $$summary ]; then \
+	  echo ">> no report for run $(RUN_ID): the playbook stopped before the report step (rc=$$rc)"; exit 1; fi; \
+	status=$$($(BIN)/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"])' $$summary); \
+	echo ">> report: $(CURDIR)/reports/$(RUN_ID)/summary.md (summary.json, bandwidth.png; reports/latest): $$status"; \
+	if [ "$$status" != pass ] || [ $$rc -ne 0 ]; then exit 1; fi
+
+.PHONY: smoke
+smoke: setup ## run the single-node smoke suite here (CPU: 2 gloo ranks) into reports/smoke-local/
+	@mkdir -p reports/smoke-local
+	PYTHONPATH=src $(BIN)/python -m pytest smoke_tests/ -p no:cacheprovider \
+		--gpufleet-json=reports/smoke-local/smoke.json --junitxml=reports/smoke-local/smoke.xml $(SMOKE_ARGS)
