@@ -57,10 +57,10 @@ fi
 timeout -k 5 60 "$PY" -m gpufleet.nvml --full --record "$OUT/node-nvml.json" >>"$OUT/env.txt" 2>&1 || true
 
 rc=0
-timeout -k 10 240 "$PY" -m pytest -c checks/pytest.ini checks/ -p no:cacheprovider -rA "${mopt[@]}" --require-gpu \
+timeout -k 10 "${CHECKS_TIMEOUT:-240}" "$PY" -m pytest -c checks/pytest.ini checks/ -p no:cacheprovider -rA "${mopt[@]}" --require-gpu \
   --gpufleet-json="$OUT/checks.json" --junitxml="$OUT/checks.xml" >"$OUT/checks.log" 2>&1 || rc=1
 tail -40 "$OUT/checks.log"
-timeout -k 10 420 "$PY" -m pytest smoke_tests/ -p no:cacheprovider -rA \
+timeout -k 10 "${SMOKE_TIMEOUT:-420}" "$PY" -m pytest smoke_tests/ -p no:cacheprovider -rA \
   --gpufleet-json="$OUT/smoke.json" --junitxml="$OUT/smoke.xml" >"$OUT/smoke.log" 2>&1 || rc=1
 tail -60 "$OUT/smoke.log"
 rm -f "$planfile" "$manifest"
