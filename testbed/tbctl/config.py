@@ -46,6 +46,7 @@ ROOTFS_PACKAGES = (
     "nftables",
     "python3-nftables",
     "iproute2",
+    "netbase",  # /etc/protocols, /etc/services: firewalld refuses to start without them
     "iputils-ping",
     "procps",
     "sudo",

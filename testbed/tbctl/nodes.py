@@ -213,7 +213,8 @@ def boot(node: Node) -> int:
     log = (node.run_dir / "boot.log").open("a")
     say(f"{node.name}: booting systemd in netns {node.netns} ({node.release.pretty_name})")
     proc = subprocess.Popen(
-        ["ip", "netns", "exec", node.netns, "unshare", "--mount", "--uts", "--ipc", "--pid",
+        # nsenter --net, not `ip netns exec`: the latter remounts /sys and hides the cgroup trees
+        ["nsenter", f"--net=/run/netns/{node.netns}", "unshare", "--mount", "--uts", "--ipc", "--pid",
          "--fork", "--propagation", "private", "bash", "-c", START_SCRIPT],
         env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True, cwd="/",
@@ -221,7 +222,7 @@ def boot(node: Node) -> int:
     (node.run_dir / "launcher.pid").write_text(f"{proc.pid}\n")
 
     def child() -> int | None:
-        # ip netns exec execs unshare in place; unshare --fork has one child: the node's PID 1
+        # nsenter execs unshare in place; unshare --fork has one child: the node's PID 1
         try:
             kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
             pid = int(kids[0])
@@ -284,6 +285,12 @@ def ensure_node(node: Node, nodes: list[Node]) -> None:
             node_exec(node, ["systemctl", "restart", unit], check=False)
     _wait_service(node, "ssh.service")
     _wait_service(node, "firewalld.service")
+    ok = wait_for(lambda: node_exec(node, ["firewall-cmd", "--state"], check=False)
+                  .stdout.strip() == "running", 30, 0.5)
+    if not ok:
+        log = node_exec(node, ["journalctl", "-u", "firewalld", "--no-pager", "-n", "30"],
+                        check=False).stdout
+        raise TestbedError(f"{node.name}: `firewall-cmd --state` does not say running.\n{log}")
     say(f"{node.name}: sshd on {node.address}:22, firewalld running")
 
 
@@ -320,7 +327,7 @@ def stop_node_processes(node: Node) -> None:
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: not Path(f"/proc/{pid}").exists(), 10)
     (node.run_dir / "init.pid").unlink(missing_ok=True)
-    _kill_pidfile(node.run_dir / "launcher.pid", "unshare")
+    _kill_pidfile(node.run_dir / "launcher.pid", "unshare")  # nsenter exec()s unshare
     for cg in _cgroup_dirs(node):
         if cg.exists():
             # depth-first: systemd made slices and scopes below the node's cgroup
