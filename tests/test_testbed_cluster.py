@@ -23,16 +23,27 @@ sys.path.insert(0, str(REPO / "testbed"))
 
 from tbctl import config, nodes  # noqa: E402
 
-NEEDED = ("debootstrap", "rpmbuild", "rpmsign", "createrepo_c", "modifyrepo_c", "gpg",
-          "ssh-keygen", "unshare", "nsenter", "ip")
+NEEDED = (
+    "debootstrap",
+    "rpmbuild",
+    "rpmsign",
+    "createrepo_c",
+    "modifyrepo_c",
+    "gpg",
+    "ssh-keygen",
+    "unshare",
+    "nsenter",
+    "ip",
+)
 _missing = [t for t in NEEDED if shutil.which(t) is None]
 
 pytestmark = [
     pytest.mark.testbed,
     pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (namespaces, mounts)"),
-    pytest.mark.skipif(bool(_missing), reason=f"testbed tools missing: {_missing}; "
-                       "run `make testbed-deps`"),
+    pytest.mark.skipif(
+        bool(_missing), reason=f"testbed tools missing: {_missing}; run `make testbed-deps`"
+    ),
 ]
 
 N_NODES = int(os.environ.get("TESTBED_TEST_NODES", "3"))
@@ -41,16 +52,38 @@ ENV = dict(os.environ, PYTHONPATH=str(REPO / "testbed"))
 
 
 def tbctl(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TBCTL, *args], env=ENV, cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [*TBCTL, *args],
+        env=ENV,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def ssh(address: str, command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["ssh", "-i", str(nodes.CLIENT_KEY), "-o", f"UserKnownHostsFile={nodes.KNOWN_HOSTS}",
-         "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-         f"root@{address}", command],
-        capture_output=True, text=True, timeout=timeout, check=False,
+        [
+            "ssh",
+            "-i",
+            str(nodes.CLIENT_KEY),
+            "-o",
+            f"UserKnownHostsFile={nodes.KNOWN_HOSTS}",
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "ConnectTimeout=10",
+            f"root@{address}",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -95,9 +128,24 @@ def test_ansible_facts_say_el_with_dnf(cluster: list[config.Node], tmp_path: Pat
         pytest.skip("ansible is not installed in this venv (make setup)")
     env = dict(os.environ, ANSIBLE_CONFIG=str(REPO / "ansible.cfg"))
     r = subprocess.run(
-        [str(ansible), "-i", str(config.INVENTORY_DIR), "gpu_nodes", "-m", "setup", "-a",
-         "gather_subset=!all,!min,distribution,pkg_mgr", "--tree", str(tmp_path)],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300, check=False,
+        [
+            str(ansible),
+            "-i",
+            str(config.INVENTORY_DIR),
+            "gpu_nodes",
+            "-m",
+            "setup",
+            "-a",
+            "gather_subset=!all,!min,distribution,pkg_mgr",
+            "--tree",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+        check=False,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     for n in cluster:
@@ -110,8 +158,10 @@ def test_ansible_facts_say_el_with_dnf(cluster: list[config.Node], tmp_path: Pat
 
 
 def _repo(node: config.Node, repo_id: str, baseurl: str, key: str) -> str:
-    return (f"printf '[{repo_id}]\\nname={repo_id}\\nbaseurl={baseurl}\\nenabled=1\\n"
-            f"gpgcheck=1\\nrepo_gpgcheck=1\\ngpgkey={key}\\n' > /etc/yum.repos.d/{repo_id}.repo")
+    return (
+        f"printf '[{repo_id}]\\nname={repo_id}\\nbaseurl={baseurl}\\nenabled=1\\n"
+        f"gpgcheck=1\\nrepo_gpgcheck=1\\ngpgkey={key}\\n' > /etc/yum.repos.d/{repo_id}.repo"
+    )
 
 
 def test_dnf_installs_a_signed_standin_with_gpgcheck(cluster: list[config.Node]) -> None:
@@ -120,10 +170,13 @@ def test_dnf_installs_a_signed_standin_with_gpgcheck(cluster: list[config.Node])
         rid = "gftb-test-cuda"
         base = f"{url}/cuda/rhel{n.release.major}/x86_64"
         key = f"{url}/keys/RPM-GPG-KEY-gpufleet-testbed"
-        r = ssh(n.address, _repo(n, rid, base, key) + " && "
-                f"dnf -y --disablerepo='*' --enablerepo={rid} install cuda-toolkit-12-8 && "
-                "/usr/local/cuda-12.8/bin/nvcc --version && rpm -q cuda-toolkit-12-8 && "
-                f"dnf -y --disablerepo='*' remove cuda-toolkit-12-8; rm -f /etc/yum.repos.d/{rid}.repo")
+        r = ssh(
+            n.address,
+            _repo(n, rid, base, key) + " && "
+            f"dnf -y --disablerepo='*' --enablerepo={rid} install cuda-toolkit-12-8 && "
+            "/usr/local/cuda-12.8/bin/nvcc --version && rpm -q cuda-toolkit-12-8 && "
+            f"dnf -y --disablerepo='*' remove cuda-toolkit-12-8; rm -f /etc/yum.repos.d/{rid}.repo",
+        )
         assert r.returncode == 0, f"{n.name}: {r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         assert "Cuda compilation tools, release 12.8" in r.stdout
         assert "STAND-IN" in r.stdout
@@ -135,9 +188,12 @@ def test_dnf_understands_the_nvidia_driver_module(cluster: list[config.Node]) ->
     rid = "gftb-test-mod"
     base = f"{url}/cuda/rhel{n.release.major}/x86_64"
     key = f"{url}/keys/RPM-GPG-KEY-gpufleet-testbed"
-    r = ssh(n.address, _repo(n, rid, base, key) + " && "
-            f"dnf --disablerepo='*' --enablerepo={rid} module list nvidia-driver; "
-            f"rm -f /etc/yum.repos.d/{rid}.repo")
+    r = ssh(
+        n.address,
+        _repo(n, rid, base, key) + " && "
+        f"dnf -y --disablerepo='*' --enablerepo={rid} module list nvidia-driver; "
+        f"rm -f /etc/yum.repos.d/{rid}.repo",
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     for stream in ("open-dkms", "latest-dkms", "580-open", "575-dkms"):
         assert stream in r.stdout, r.stdout
@@ -148,10 +204,15 @@ def test_a_package_signed_with_another_key_is_refused(cluster: list[config.Node]
     url = config.mirror_url()
     rid = "gftb-test-foreign"
     # the repo's own metadata is signed by the foreign key too: only check the packages here
-    r = ssh(n.address, _repo(n, rid, f"{url}/foreign", f"{url}/keys/RPM-GPG-KEY-gpufleet-testbed")
-            .replace("repo_gpgcheck=1", "repo_gpgcheck=0") + " && "
-            f"dnf -y --disablerepo='*' --enablerepo={rid} install gpufleet-foreign-test; "
-            f"echo rc=$?; rpm -q gpufleet-foreign-test; rm -f /etc/yum.repos.d/{rid}.repo")
+    r = ssh(
+        n.address,
+        _repo(n, rid, f"{url}/foreign", f"{url}/keys/RPM-GPG-KEY-gpufleet-testbed").replace(
+            "repo_gpgcheck=1", "repo_gpgcheck=0"
+        )
+        + " && "
+        f"dnf -y --disablerepo='*' --enablerepo={rid} install gpufleet-foreign-test; "
+        f"echo rc=$?; rpm -q gpufleet-foreign-test; rm -f /etc/yum.repos.d/{rid}.repo",
+    )
     assert "rc=0" not in r.stdout, r.stdout
     assert "package gpufleet-foreign-test is not installed" in r.stdout, r.stdout
     out = (r.stdout + r.stderr).lower()

@@ -10,7 +10,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testbed"))
 
-from tbctl import config, render  # noqa: E402
+from tbctl import config, render
 
 # Pure helpers: these run everywhere (no `testbed` marker); tests/test_testbed_cluster.py
 # holds the integration tests that need root and a running testbed.
@@ -23,8 +23,8 @@ def parse_os_release(text: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("key", "distro_id", "major"), [("alma8", "almalinux", 8), ("rocky9", "rocky", 9),
-                                    ("centos10", "centos", 10)]
+    ("key", "distro_id", "major"),
+    [("alma8", "almalinux", 8), ("rocky9", "rocky", 9), ("centos10", "centos", 10)],
 )
 def test_os_release_names_the_el_release(key: str, distro_id: str, major: int) -> None:
     rel = config.RELEASES[key]
@@ -41,8 +41,12 @@ def test_os_release_names_the_el_release(key: str, distro_id: str, major: int) -
 def test_default_mix_cycles_el8_el9_el10() -> None:
     nodes = config.make_nodes(4)
     assert [n.release.major for n in nodes] == [8, 9, 10, 8]
-    assert [n.address for n in nodes] == ["10.213.0.11", "10.213.0.12", "10.213.0.13",
-                                          "10.213.0.14"]
+    assert [n.address for n in nodes] == [
+        "10.213.0.11",
+        "10.213.0.12",
+        "10.213.0.13",
+        "10.213.0.14",
+    ]
     assert nodes[0].netns == "gftb-node1"
     with pytest.raises(ValueError, match="NODES=0"):
         config.make_nodes(0)
@@ -60,11 +64,25 @@ def test_sanitized_kernel_versions() -> None:
 
 def test_catalog_has_the_real_names_and_no_nvidia_smi() -> None:
     pkgs = {p.name: p for p in render.catalog(KERNEL, 9)}
-    for name in ("nvidia-open", "kmod-nvidia-open-dkms", "kmod-nvidia-latest-dkms",
-                 "nvidia-driver", "nvidia-driver-cuda", "nvidia-driver-libs",
-                 "nvidia-kmod-common", "nvidia-persistenced", "cuda-drivers", "dkms",
-                 "kernel-devel", "kernel-devel-matched", "kernel-headers", "gcc-c++",
-                 "cuda-toolkit-13-0", "cuda-toolkit-12-8", "cuda-toolkit-12-6"):
+    for name in (
+        "nvidia-open",
+        "kmod-nvidia-open-dkms",
+        "kmod-nvidia-latest-dkms",
+        "nvidia-driver",
+        "nvidia-driver-cuda",
+        "nvidia-driver-libs",
+        "nvidia-kmod-common",
+        "nvidia-persistenced",
+        "cuda-drivers",
+        "dkms",
+        "kernel-devel",
+        "kernel-devel-matched",
+        "kernel-headers",
+        "gcc-c++",
+        "cuda-toolkit-13-0",
+        "cuda-toolkit-12-8",
+        "cuda-toolkit-12-6",
+    ):
         assert name in pkgs, name
     every_file = [f for p in render.catalog(KERNEL, 9) for f in p.files]
     assert not [f for f in every_file if f.endswith("nvidia-smi")]
@@ -72,18 +90,25 @@ def test_catalog_has_the_real_names_and_no_nvidia_smi() -> None:
     kd = pkgs["kernel-devel"]
     assert f"kernel-devel-{KERNEL}" in kd.provides
     assert "/usr/lib/modprobe.d/nvidia.conf" in pkgs["nvidia-kmod-common"].files
-    assert "blacklist nouveau" in pkgs["nvidia-kmod-common"].files[
-        "/usr/lib/modprobe.d/nvidia.conf"][1]
-    assert "/usr/lib/systemd/system/nvidia-persistenced.service" in pkgs[
-        "nvidia-persistenced"].files
+    assert (
+        "blacklist nouveau"
+        in pkgs["nvidia-kmod-common"].files["/usr/lib/modprobe.d/nvidia.conf"][1]
+    )
+    assert (
+        "/usr/lib/systemd/system/nvidia-persistenced.service" in pkgs["nvidia-persistenced"].files
+    )
     assert "/usr/local/cuda-13.0/bin/nvcc" in pkgs["cuda-toolkit-13-0"].files
     nvcc = pkgs["cuda-toolkit-13-0"].files["/usr/local/cuda-13.0/bin/nvcc"][1]
-    assert "release 13.0" in nvcc and "STAND-IN" in nvcc
+    assert "release 13.0" in nvcc
+    assert "STAND-IN" in nvcc
 
 
 def test_spec_disables_automatic_requires_and_keeps_epoch() -> None:
-    pkg = next(p for p in render.catalog(KERNEL, 8) if p.name == "nvidia-open"
-               and p.version.startswith("580"))
+    pkg = next(
+        p
+        for p in render.catalog(KERNEL, 8)
+        if p.name == "nvidia-open" and p.version.startswith("580")
+    )
     text = render.spec(pkg)
     assert "AutoReqProv: no" in text
     assert "Epoch: 3" in text
@@ -95,15 +120,16 @@ def test_modules_yaml_streams_profiles_and_artifacts() -> None:
     cuda = [p for p in render.catalog(KERNEL, 9) if p.repo == "cuda"]
     docs = list(yaml.safe_load_all(render.modules_yaml(cuda, ".el9")))
     streams = {d["data"]["stream"]: d["data"] for d in docs if d["document"] == "modulemd"}
-    for s in ("open-dkms", "latest-dkms", "latest", "580-open", "580-dkms", "575-open",
-              "575-dkms"):
+    for s in ("open-dkms", "latest-dkms", "latest", "580-open", "580-dkms", "575-open", "575-dkms"):
         assert s in streams, s
         assert set(streams[s]["profiles"]) == {"default", "ks", "fm", "src"}
         assert streams[s]["name"] == "nvidia-driver"
     assert "nvidia-open-3:580.95.05-1.el9.x86_64" in streams["580-open"]["artifacts"]["rpms"]
     assert not [a for a in streams["580-open"]["artifacts"]["rpms"] if "575." in a]
-    assert "kmod-nvidia-latest-dkms-3:575.57.08-1.el9.x86_64" in streams["latest-dkms"][
-        "artifacts"]["rpms"]
+    assert (
+        "kmod-nvidia-latest-dkms-3:575.57.08-1.el9.x86_64"
+        in streams["latest-dkms"]["artifacts"]["rpms"]
+    )
     assert streams["580-open"]["profiles"]["default"]["rpms"] == ["nvidia-open"]
     assert streams["580-dkms"]["profiles"]["default"]["rpms"] == ["cuda-drivers"]
     assert not [a for a in streams["open-dkms"]["artifacts"]["rpms"] if "toolkit" in a]
@@ -121,26 +147,30 @@ def test_inventory_points_at_the_nodes_and_mirrors() -> None:
     assert v["ansible_python_interpreter"] == "/usr/bin/python3.11"
     assert "UserKnownHostsFile=/k/known_hosts" in v["ansible_ssh_common_args"]
     assert "StrictHostKeyChecking=yes" in v["ansible_ssh_common_args"]
-    m = render.MirrorInfo("http://10.213.0.1:8213", "ABCDEF12.pub", "F" * 40, "10.213.0.1",
-                          "10.213.0.0/24")
+    m = render.MirrorInfo(
+        "http://10.213.0.1:8213", "ABCDEF12.pub", "F" * 40, "10.213.0.1", "10.213.0.0/24"
+    )
     gv = yaml.safe_load(render.group_vars_text(m))
     assert gv["gpufleet_cuda_repo_baseurl"] == "http://10.213.0.1:8213/cuda"
     assert gv["gpufleet_cuda_repo_gpgkey_url"].endswith("/x86_64/ABCDEF12.pub")
     assert gv["gpufleet_pip_index_url"] == "http://10.213.0.1:8213/pypi/simple/"
     assert gv["gpufleet_pip_trusted_hosts"] == ["10.213.0.1"]
     assert gv["torch_env_manager"] == "venv"
-    assert gv["gpufleet_allow_no_gpu"] is True and gv["gpufleet_require_gpu"] is False
+    assert gv["gpufleet_allow_no_gpu"] is True
+    assert gv["gpufleet_require_gpu"] is False
     assert gv["nvidia_driver_manage_crb"] is False
 
 
 def test_simple_index_is_pep503() -> None:
-    pages = render.simple_index({"torch": [("torch-2.13.0+cpu-cp311.whl", "ab" * 32)]},
-                                "../../files")
+    pages = render.simple_index(
+        {"torch": [("torch-2.13.0+cpu-cp311.whl", "ab" * 32)]}, "../../files"
+    )
     assert '<a href="torch/">torch</a>' in pages["index.html"]
     assert 'href="../../files/torch-2.13.0+cpu-cp311.whl#sha256=' in pages["torch/index.html"]
     assert "#sha256=" + "ab" * 32 in pages["torch/index.html"]
     assert render.wheel_project("typing_extensions-4.16.0-py3-none-any.whl") == (
-        "typing-extensions")
+        "typing-extensions"
+    )
 
 
 def test_sshd_config_listens_on_the_node_only() -> None:

@@ -26,8 +26,20 @@ from .config import (
 )
 from .sh import TestbedError, say
 
-REQUIRED_TOOLS = ("debootstrap", "rpmbuild", "rpmsign", "createrepo_c", "modifyrepo_c", "gpg",
-                  "ssh-keygen", "ssh", "ip", "unshare", "nsenter", "chroot")
+REQUIRED_TOOLS = (
+    "debootstrap",
+    "rpmbuild",
+    "rpmsign",
+    "createrepo_c",
+    "modifyrepo_c",
+    "gpg",
+    "ssh-keygen",
+    "ssh",
+    "ip",
+    "unshare",
+    "nsenter",
+    "chroot",
+)
 
 
 def _need_root() -> None:
@@ -78,7 +90,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     for n in node_list:
         nodes.ensure_node(n, node_list)
     inv = write_inventory(node_list, fpr)
-    say(f"testbed up: {len(node_list)} node(s) in {time.monotonic() - t0:.0f}s; mirror {mirror_url()}/")
+    say(
+        f"testbed up: {len(node_list)} node(s) in {time.monotonic() - t0:.0f}s; "
+        f"mirror {mirror_url()}/"
+    )
     for n in node_list:
         print(f"   {n.name}  {n.address}  {n.release.pretty_name}")
     say(f"inventory: {inv}")
@@ -104,8 +119,10 @@ def cmd_down(args: argparse.Namespace) -> int:
         raise TestbedError(f"mounts still under {STATE_DIR}: {left}; unmount them by hand")
     nodes.clear_dir(RUN_DIR)
     nodes.clear_dir(INVENTORY_DIR)
-    say(f"testbed down in {time.monotonic() - t0:.0f}s (cached base rootfs and wheels kept; "
-        "`make testbed-clean` removes them)")
+    say(
+        f"testbed down in {time.monotonic() - t0:.0f}s (cached base rootfs and wheels kept; "
+        "`make testbed-clean` removes them)"
+    )
     return 0
 
 
@@ -121,7 +138,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     names = nodes.node_names_from_state()
     http = mirror.http_running()
     print(f"bridge {BRIDGE}: {'up' if nodes._link_exists(BRIDGE) else 'absent'}")
-    print(f"mirror {mirror_url()}/: {'serving (pid %d)' % http if http else 'stopped'}")
+    print(f"mirror {mirror_url()}/: {f'serving (pid {http})' if http else 'stopped'}")
     print(f"base rootfs: {'cached' if rootfs.is_current() else 'not built'} ({rootfs.ROOTFS})")
     if not names:
         print("nodes: none")
@@ -153,11 +170,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     up = sub.add_parser("up", help="build (cached) and start the testbed; idempotent")
     up.add_argument("--nodes", type=int, default=int(os.environ.get("NODES", DEFAULT_NODES)))
-    up.add_argument("--mix", default=os.environ.get("TESTBED_MIX", ""),
-                    help=f"EL releases, cycled over the nodes ({', '.join(RELEASES)})")
+    up.add_argument(
+        "--mix",
+        default=os.environ.get("TESTBED_MIX", ""),
+        help=f"EL releases, cycled over the nodes ({', '.join(RELEASES)})",
+    )
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="remove everything but the caches; safe twice").set_defaults(
-        func=cmd_down)
+        func=cmd_down
+    )
     sub.add_parser("clean", help="down, then remove the caches").set_defaults(func=cmd_clean)
     sub.add_parser("status", help="what runs").set_defaults(func=cmd_status)
     ex = sub.add_parser("exec", help="run a command in a node: exec node1 -- dnf repolist")

@@ -65,20 +65,38 @@ def ensure_keys() -> tuple[str, str]:
     fprs = []
     for uid in (SIGNING_UID, FOREIGN_UID):
         env = dict(os.environ, GNUPGHOME=str(GNUPG))
-        have = subprocess.run(["gpg", "--batch", "--list-keys", uid], env=env,
-                              capture_output=True, check=False).returncode == 0
+        have = (
+            subprocess.run(
+                ["gpg", "--batch", "--list-keys", uid], env=env, capture_output=True, check=False
+            ).returncode
+            == 0
+        )
         if not have:
             say(f"mirror: generating GPG key '{uid}'")
-            _gpg("--pinentry-mode", "loopback", "--passphrase", "", "--quick-gen-key", uid,
-                 "rsa3072", "sign", "never", what=f"generating the GPG key {uid}")
+            _gpg(
+                "--pinentry-mode",
+                "loopback",
+                "--passphrase",
+                "",
+                "--quick-gen-key",
+                uid,
+                "rsa3072",
+                "sign",
+                "never",
+                what=f"generating the GPG key {uid}",
+            )
         fprs.append(fingerprint(uid))
     return fprs[0], fprs[1]
 
 
 def stop_gpg_agent() -> None:
     if GNUPG.is_dir():
-        subprocess.run(["gpgconf", "--kill", "all"], env=dict(os.environ, GNUPGHOME=str(GNUPG)),
-                       capture_output=True, check=False)
+        subprocess.run(
+            ["gpgconf", "--kill", "all"],
+            env=dict(os.environ, GNUPGHOME=str(GNUPG)),
+            capture_output=True,
+            check=False,
+        )
 
 
 def kernel_release() -> str:
@@ -99,8 +117,20 @@ def _build_one(pkg: render.Pkg, dist: str, outdir: Path) -> Path:
     spec = work / f"{pkg.name}.spec"
     spec.write_text(render.spec(pkg))
     run(
-        ["rpmbuild", "-bb", "--quiet", "--define", f"_topdir {work}", "--define", f"dist {dist}",
-         "--define", f"_sourcedir {work / 'src'}", "--define", "_rpmdir %{_topdir}/RPMS", spec],
+        [
+            "rpmbuild",
+            "-bb",
+            "--quiet",
+            "--define",
+            f"_topdir {work}",
+            "--define",
+            f"dist {dist}",
+            "--define",
+            f"_sourcedir {work / 'src'}",
+            "--define",
+            "_rpmdir %{_topdir}/RPMS",
+            spec,
+        ],
         what=f"rpmbuild of the stand-in {pkg.name} ({dist})",
         log=LOG,
         fix=f"read {LOG} and {spec}",
@@ -114,8 +144,17 @@ def _build_one(pkg: render.Pkg, dist: str, outdir: Path) -> Path:
 
 def _sign(rpms: list[Path], fpr: str) -> None:
     run(
-        ["rpmsign", "--addsign", "--define", f"_gpg_name {fpr}", "--define", f"_gpg_path {GNUPG}",
-         "--define", f"__gpg {shutil.which('gpg') or '/usr/bin/gpg'}", *rpms],
+        [
+            "rpmsign",
+            "--addsign",
+            "--define",
+            f"_gpg_name {fpr}",
+            "--define",
+            f"_gpg_path {GNUPG}",
+            "--define",
+            f"__gpg {shutil.which('gpg') or '/usr/bin/gpg'}",
+            *rpms,
+        ],
         what=f"signing {len(rpms)} RPMs with {fpr}",
         log=LOG,
         fix=f"read {LOG}",
@@ -123,21 +162,42 @@ def _sign(rpms: list[Path], fpr: str) -> None:
 
 
 def _createrepo(repo: Path, modules: str | None, fpr: str) -> None:
-    run(["createrepo_c", "--quiet", "--general-compress-type=gz", repo],
-        what=f"createrepo_c {repo}", log=LOG, fix=f"read {LOG}")
+    run(
+        ["createrepo_c", "--quiet", "--general-compress-type=gz", repo],
+        what=f"createrepo_c {repo}",
+        log=LOG,
+        fix=f"read {LOG}",
+    )
     if modules is not None:
         # after createrepo_c: createrepo drops module metadata it does not know about
         mfile = RPMBUILD / f"modules-{repo.parent.name}.yaml"
         mfile.write_text(modules)
         shutil.copy(mfile, RPMBUILD / "modules.yaml")
-        run(["modifyrepo_c", "--mdtype=modules", "--compress-type=gz", RPMBUILD / "modules.yaml",
-             repo / "repodata"], what=f"modifyrepo_c (nvidia-driver modules) {repo}",
-            log=LOG, fix=f"read {LOG}")
+        run(
+            [
+                "modifyrepo_c",
+                "--mdtype=modules",
+                "--compress-type=gz",
+                RPMBUILD / "modules.yaml",
+                repo / "repodata",
+            ],
+            what=f"modifyrepo_c (nvidia-driver modules) {repo}",
+            log=LOG,
+            fix=f"read {LOG}",
+        )
     repomd = repo / "repodata" / "repomd.xml"
     asc = repomd.with_suffix(".xml.asc")
     asc.unlink(missing_ok=True)
-    _gpg("--local-user", fpr, "--armor", "--detach-sign", "--output", str(asc), str(repomd),
-         what=f"signing {repomd}")
+    _gpg(
+        "--local-user",
+        fpr,
+        "--armor",
+        "--detach-sign",
+        "--output",
+        str(asc),
+        str(repomd),
+        what=f"signing {repomd}",
+    )
 
 
 def key_file_name(fpr: str) -> str:
@@ -157,11 +217,14 @@ def build_repos() -> tuple[str, str]:
     keys.mkdir(parents=True)
     pub = _gpg("--armor", "--export", fpr, what="exporting the testbed key")
     (keys / TESTBED_KEY_NAME).write_text(pub)
-    (keys / FOREIGN_KEY_NAME).write_text(_gpg("--armor", "--export", foreign,
-                                              what="exporting the foreign key"))
+    (keys / FOREIGN_KEY_NAME).write_text(
+        _gpg("--armor", "--export", foreign, what="exporting the foreign key")
+    )
     kr = kernel_release()
-    say(f"mirror: building stand-in RPMs for EL {', '.join(map(str, EL_MAJORS))} "
-        f"(kernel-devel for {kr}) (log: {LOG})")
+    say(
+        f"mirror: building stand-in RPMs for EL {', '.join(map(str, EL_MAJORS))} "
+        f"(kernel-devel for {kr}) (log: {LOG})"
+    )
     jobs = []
     repos: dict[Path, tuple[str | None, list[render.Pkg], str]] = {}
     for major in EL_MAJORS:
@@ -218,11 +281,32 @@ def download_wheels(pip: Path) -> None:
     say(f"wheelhouse: pip download of {len(NODE_REQUIREMENTS)} requirements into {WHEEL_CACHE}")
     constraints = REPO_DIR / "requirements" / "constraints.txt"
     run(
-        [pip, "download", "--quiet", "--disable-pip-version-check", "--only-binary=:all:",
-         "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-         "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
-         "--platform", "manylinux2014_x86_64", "--platform", "any",
-         "-c", constraints, "-d", WHEEL_CACHE, *NODE_REQUIREMENTS],
+        [
+            pip,
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--only-binary=:all:",
+            "--python-version",
+            "3.11",
+            "--implementation",
+            "cp",
+            "--abi",
+            "cp311",
+            "--platform",
+            "manylinux_2_28_x86_64",
+            "--platform",
+            "manylinux_2_17_x86_64",
+            "--platform",
+            "manylinux2014_x86_64",
+            "--platform",
+            "any",
+            "-c",
+            constraints,
+            "-d",
+            WHEEL_CACHE,
+            *NODE_REQUIREMENTS,
+        ],
         what="pip download of the node wheels",
         log=CACHE_DIR / "wheels.log",
         fix="read the log; PyPI must be reachable once (the result is cached)",
@@ -241,8 +325,12 @@ def build_wheelhouse(pip: Path) -> None:
     say("wheelhouse: building the gpufleet wheel from the repository (pip wheel --no-deps .)")
     build_tmp = RUN_DIR / "gpufleet-wheel"
     shutil.rmtree(build_tmp, ignore_errors=True)
-    run([pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", build_tmp, REPO_DIR],
-        what="building the gpufleet wheel", log=LOG, fix=f"read {LOG}")
+    run(
+        [pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", build_tmp, REPO_DIR],
+        what="building the gpufleet wheel",
+        log=LOG,
+        fix=f"read {LOG}",
+    )
     wheels = list(WHEEL_CACHE.glob("*.whl")) + list(build_tmp.glob("*.whl"))
     projects: dict[str, list[tuple[str, str]]] = {}
     for w in wheels:
@@ -255,7 +343,9 @@ def build_wheelhouse(pip: Path) -> None:
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text(text)
     (MIRROR / "pypi" / ".complete").write_text("")
-    say(f"wheelhouse: {len(wheels)} wheels, {len(projects)} projects at {mirror_url()}/pypi/simple/")
+    say(
+        f"wheelhouse: {len(wheels)} wheels, {len(projects)} projects at {mirror_url()}/pypi/simple/"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -293,10 +383,21 @@ def start_http() -> None:
     say(f"mirror: starting HTTP server on {BRIDGE_ADDRESS}:{HTTP_PORT} serving {MIRROR}")
     with HTTP_LOG.open("a") as log:
         proc = subprocess.Popen(
-            ["/usr/bin/python3", "-m", "http.server", "--bind", BRIDGE_ADDRESS,
-             "--directory", str(MIRROR), str(HTTP_PORT)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd="/",
+            [
+                "/usr/bin/python3",
+                "-m",
+                "http.server",
+                "--bind",
+                BRIDGE_ADDRESS,
+                "--directory",
+                str(MIRROR),
+                str(HTTP_PORT),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd="/",
         )
     HTTP_PID.write_text(f"{proc.pid}\n")
     if not wait_for(_http_ok, 10):

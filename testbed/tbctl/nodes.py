@@ -72,12 +72,17 @@ def ensure_bridge() -> None:
     if not _link_exists(BRIDGE):
         say(f"network: creating bridge {BRIDGE} with {BRIDGE_ADDRESS}/{SUBNET.prefixlen}")
         run(["ip", "link", "add", BRIDGE, "type", "bridge"], what=f"creating bridge {BRIDGE}")
-    addrs = run(["ip", "-o", "-4", "addr", "show", "dev", BRIDGE], what="reading bridge address",
-                capture=True).stdout
+    addrs = run(
+        ["ip", "-o", "-4", "addr", "show", "dev", BRIDGE],
+        what="reading bridge address",
+        capture=True,
+    ).stdout
     if f"{BRIDGE_ADDRESS}/" not in addrs:
-        run(["ip", "addr", "add", f"{BRIDGE_ADDRESS}/{SUBNET.prefixlen}", "dev", BRIDGE],
+        run(
+            ["ip", "addr", "add", f"{BRIDGE_ADDRESS}/{SUBNET.prefixlen}", "dev", BRIDGE],
             what=f"addressing bridge {BRIDGE}",
-            fix=f"is {SUBNET} already used on this machine? set TESTBED_SUBNET")
+            fix=f"is {SUBNET} already used on this machine? set TESTBED_SUBNET",
+        )
     run(["ip", "link", "set", BRIDGE, "up"], what=f"bringing {BRIDGE} up")
 
 
@@ -90,18 +95,29 @@ def ensure_node_network(node: Node) -> None:
         if _link_exists(node.veth_host):
             run(["ip", "link", "del", node.veth_host], what=f"{node.name}: removing stale veth")
         say(f"{node.name}: veth {node.veth_host} <-> eth0 {node.address}/{SUBNET.prefixlen}")
-        run(["ip", "link", "add", node.veth_host, "type", "veth", "peer", "name", node.veth_peer],
-            what=f"{node.name}: creating veth pair")
+        run(
+            ["ip", "link", "add", node.veth_host, "type", "veth", "peer", "name", node.veth_peer],
+            what=f"{node.name}: creating veth pair",
+        )
         run(["ip", "link", "set", node.veth_peer, "netns", ns], what=f"{node.name}: moving veth")
-        run(["ip", "-n", ns, "link", "set", node.veth_peer, "name", "eth0"],
-            what=f"{node.name}: renaming veth to eth0")
-    run(["ip", "link", "set", node.veth_host, "master", BRIDGE, "up"],
-        what=f"{node.name}: attaching {node.veth_host} to {BRIDGE}")
-    addrs = run(["ip", "-n", ns, "-o", "-4", "addr", "show", "dev", "eth0"],
-                what=f"{node.name}: reading eth0", capture=True).stdout
+        run(
+            ["ip", "-n", ns, "link", "set", node.veth_peer, "name", "eth0"],
+            what=f"{node.name}: renaming veth to eth0",
+        )
+    run(
+        ["ip", "link", "set", node.veth_host, "master", BRIDGE, "up"],
+        what=f"{node.name}: attaching {node.veth_host} to {BRIDGE}",
+    )
+    addrs = run(
+        ["ip", "-n", ns, "-o", "-4", "addr", "show", "dev", "eth0"],
+        what=f"{node.name}: reading eth0",
+        capture=True,
+    ).stdout
     if f"{node.address}/" not in addrs:
-        run(["ip", "-n", ns, "addr", "add", f"{node.address}/{SUBNET.prefixlen}", "dev", "eth0"],
-            what=f"{node.name}: addressing eth0")
+        run(
+            ["ip", "-n", ns, "addr", "add", f"{node.address}/{SUBNET.prefixlen}", "dev", "eth0"],
+            what=f"{node.name}: addressing eth0",
+        )
     run(["ip", "-n", ns, "link", "set", "eth0", "up"], what=f"{node.name}: eth0 up")
     run(["ip", "-n", ns, "link", "set", "lo", "up"], what=f"{node.name}: lo up")
 
@@ -115,16 +131,31 @@ def ensure_client_key() -> None:
     SSH_DIR.chmod(0o700)
     if not CLIENT_KEY.exists():
         say(f"ssh: generating the testbed client key {CLIENT_KEY}")
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-testbed-client",
-             "-f", CLIENT_KEY], what="generating the client key")
+        run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "gpufleet-testbed-client",
+                "-f",
+                CLIENT_KEY,
+            ],
+            what="generating the client key",
+        )
 
 
 def ensure_host_key(node: Node) -> str:
     key = node.run_dir / "ssh_host_ed25519_key"
     if not key.exists():
         node.run_dir.mkdir(parents=True, exist_ok=True)
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{node.name}-host",
-             "-f", key], what=f"{node.name}: generating the host key")
+        run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"{node.name}-host", "-f", key],
+            what=f"{node.name}: generating the host key",
+        )
     pub = key.with_suffix(".pub").read_text().split()
     return f"{pub[0]} {pub[1]}"
 
@@ -193,8 +224,13 @@ def node_exec(node: Node, cmd: list[str], *, check: bool = True, timeout: float 
     pid = init_pid(node)
     if pid is None:
         raise TestbedError(f"{node.name} is not running; run `make testbed-up`")
-    return run([*nsenter(node, pid), *cmd], what=f"{node.name}: {' '.join(cmd)}", check=check,
-               capture=True, timeout=timeout)
+    return run(
+        [*nsenter(node, pid), *cmd],
+        what=f"{node.name}: {' '.join(cmd)}",
+        check=check,
+        capture=True,
+        timeout=timeout,
+    )
 
 
 def boot(node: Node) -> int:
@@ -214,10 +250,27 @@ def boot(node: Node) -> int:
     say(f"{node.name}: booting systemd in netns {node.netns} ({node.release.pretty_name})")
     proc = subprocess.Popen(
         # nsenter --net, not `ip netns exec`: the latter remounts /sys and hides the cgroup trees
-        ["nsenter", f"--net=/run/netns/{node.netns}", "unshare", "--mount", "--uts", "--ipc", "--pid",
-         "--fork", "--propagation", "private", "bash", "-c", START_SCRIPT],
-        env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True, cwd="/",
+        [
+            "nsenter",
+            f"--net=/run/netns/{node.netns}",
+            "unshare",
+            "--mount",
+            "--uts",
+            "--ipc",
+            "--pid",
+            "--fork",
+            "--propagation",
+            "private",
+            "bash",
+            "-c",
+            START_SCRIPT,
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd="/",
     )
     (node.run_dir / "launcher.pid").write_text(f"{proc.pid}\n")
 
@@ -251,8 +304,12 @@ def wait_booted(node: Node) -> str:
         pid = init_pid(node)
         if pid is None:
             return False
-        r = subprocess.run([*nsenter(node, pid), "systemctl", "is-system-running"],
-                           capture_output=True, text=True, check=False)
+        r = subprocess.run(
+            [*nsenter(node, pid), "systemctl", "is-system-running"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         state = r.stdout.strip()
         return state in ("running", "degraded")
 
@@ -285,23 +342,38 @@ def ensure_node(node: Node, nodes: list[Node]) -> None:
             node_exec(node, ["systemctl", "restart", unit], check=False)
     _wait_service(node, "ssh.service")
     _wait_service(node, "firewalld.service")
-    ok = wait_for(lambda: node_exec(node, ["firewall-cmd", "--state"], check=False)
-                  .stdout.strip() == "running", 30, 0.5)
+    ok = wait_for(
+        lambda: (
+            node_exec(node, ["firewall-cmd", "--state"], check=False).stdout.strip() == "running"
+        ),
+        30,
+        0.5,
+    )
     if not ok:
-        log = node_exec(node, ["journalctl", "-u", "firewalld", "--no-pager", "-n", "30"],
-                        check=False).stdout
+        log = node_exec(
+            node, ["journalctl", "-u", "firewalld", "--no-pager", "-n", "30"], check=False
+        ).stdout
         raise TestbedError(f"{node.name}: `firewall-cmd --state` does not say running.\n{log}")
     say(f"{node.name}: sshd on {node.address}:22, firewalld running")
 
 
 def _wait_service(node: Node, unit: str) -> None:
-    ok = wait_for(lambda: node_exec(node, ["systemctl", "is-active", unit], check=False)
-                  .stdout.strip() == "active", 30, 0.5)
+    ok = wait_for(
+        lambda: (
+            node_exec(node, ["systemctl", "is-active", unit], check=False).stdout.strip()
+            == "active"
+        ),
+        30,
+        0.5,
+    )
     if not ok:
-        status = node_exec(node, ["systemctl", "status", "--no-pager", "-n", "20", unit],
-                           check=False).stdout
-        raise TestbedError(f"{node.name}: {unit} is not active.\n{status}\n"
-                           f"--- what to do: fix the unit, then rerun `make testbed-up`")
+        status = node_exec(
+            node, ["systemctl", "status", "--no-pager", "-n", "20", unit], check=False
+        ).stdout
+        raise TestbedError(
+            f"{node.name}: {unit} is not active.\n{status}\n"
+            f"--- what to do: fix the unit, then rerun `make testbed-up`"
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -359,8 +431,7 @@ def stop_node(node: Node) -> None:
 
 def our_netns() -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
-    return [line.split()[0] for line in out.stdout.splitlines()
-            if line.startswith(f"{PREFIX}-")]
+    return [line.split()[0] for line in out.stdout.splitlines() if line.startswith(f"{PREFIX}-")]
 
 
 def our_links() -> list[str]:
@@ -378,8 +449,9 @@ def our_cgroups() -> list[str]:
 
 def our_mounts(state_dir: Path) -> list[str]:
     text = Path("/proc/self/mountinfo").read_text()
-    return [line.split()[4] for line in text.splitlines()
-            if line.split()[4].startswith(str(state_dir))]
+    return [
+        line.split()[4] for line in text.splitlines() if line.split()[4].startswith(str(state_dir))
+    ]
 
 
 def node_names_from_state() -> list[str]:

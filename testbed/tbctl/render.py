@@ -41,7 +41,7 @@ def os_release(rel: ElRelease) -> str:
 def release_files(rel: ElRelease) -> dict[str, str]:
     """Path -> content of every file that names the release (os-release and *-release)."""
     line = rel.release_line + "\n"
-    files = {
+    return {
         "/etc/os-release": os_release(rel),
         "/usr/lib/os-release": os_release(rel),
         "/etc/redhat-release": line,
@@ -49,7 +49,6 @@ def release_files(rel: ElRelease) -> dict[str, str]:
         rel.release_file: line,
         "/etc/system-release-cpe": rel.cpe + "\n",
     }
-    return files
 
 
 # ---------------------------------------------------------------------------------------
@@ -97,7 +96,8 @@ class Pkg:
 def sanitize_rpm_version(text: str) -> tuple[str, str]:
     """Split a kernel release (uname -r) into an RPM Version and Release (no '-' allowed).
 
-    '6.18.44-fc-v669' -> ('6.18.44', 'fc_v669'); '5.14.0-570.el9.x86_64' -> ('5.14.0', '570.el9.x86_64')
+    '6.18.44-fc-v669' -> ('6.18.44', 'fc_v669');
+    '5.14.0-570.el9.x86_64' -> ('5.14.0', '570.el9.x86_64')
     """
     head, _, tail = text.partition("-")
     clean = re.compile(r"[^A-Za-z0-9._+~^]")
@@ -182,9 +182,7 @@ def driver_packages(branch: str, version: str) -> list[Pkg]:
             requires=["dkms", f"nvidia-kmod-common = {dv}"],
             provides=[f"nvidia-kmod = {dv}"],
             conflicts=["kmod-nvidia-latest-dkms"],
-            files={
-                f"/usr/src/nvidia-open-{version}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")
-            },
+            files={f"/usr/src/nvidia-open-{version}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")},
             streams=open_streams,
         ),
         Pkg(
@@ -490,8 +488,11 @@ def modules_yaml(pkgs: list[Pkg], dist: str, version: int = 20251130000000) -> s
                     "version": version,
                     "context": "4e9c8a1b",
                     "arch": "x86_64",
-                    "summary": "Nvidia driver for " + stream + " branch (gpufleet testbed stand-in)",
-                    "description": "Stand-in module stream of the gpufleet testbed. " + STANDIN_NOTE,
+                    "summary": "Nvidia driver for "
+                    + stream
+                    + " branch (gpufleet testbed stand-in)",
+                    "description": "Stand-in module stream of the gpufleet testbed. "
+                    + STANDIN_NOTE,
                     "license": {"module": ["MIT"]},
                     "profiles": {
                         "default": {"rpms": sorted(set(default))},

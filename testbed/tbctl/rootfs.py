@@ -13,7 +13,7 @@ from .sh import TestbedError, run, say
 ROOTFS = CACHE_DIR / "rootfs"
 STAMP = CACHE_DIR / "rootfs.stamp"
 LOG = CACHE_DIR / "rootfs.log"
-ROOTFS_VERSION = "3"  # bump when the customisation below changes
+ROOTFS_VERSION = "4"  # bump when the customisation below changes
 
 # Units that cannot work inside a node (no udev, read-only /sys, no consoles) or that would
 # only add noise (timers). Masked so that `systemctl is-system-running` says "running".
@@ -66,7 +66,7 @@ def _chroot(root: Path, script: str, what: str) -> None:
         "mount --rbind /sys $R/sys\n"
         "mount --rbind /dev $R/dev\n"
         'exec chroot "$R" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin '
-        "DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 /bin/sh -euc \"$1\"\n"
+        'DEBIAN_FRONTEND=noninteractive LC_ALL=C.UTF-8 /bin/sh -euc "$1"\n'
     )
     run(
         ["unshare", "--mount", "--fork", "sh", "-c", wrapper, "chroot-step", script],
@@ -90,8 +90,14 @@ def build(force: bool = False) -> Path:
     t0 = time.monotonic()
     say(f"base rootfs: debootstrap {DEBIAN_SUITE} (minbase) into {tmp} (log: {LOG})")
     run(
-        ["debootstrap", "--variant=minbase", "--include=ca-certificates", DEBIAN_SUITE, tmp,
-         DEBIAN_MIRROR],
+        [
+            "debootstrap",
+            "--variant=minbase",
+            "--include=ca-certificates",
+            DEBIAN_SUITE,
+            tmp,
+            DEBIAN_MIRROR,
+        ],
         what="debootstrap of the base rootfs",
         log=LOG,
         fix=f"read {LOG}; check that {DEBIAN_MIRROR} is reachable; rerun `make testbed-up`.",
@@ -114,7 +120,10 @@ def build(force: bool = False) -> Path:
         "systemctl set-default multi-user.target\n"
         ": > /etc/machine-id\n"
         "install -d -m 700 /root/.ssh\n"
-        "install -d /etc/yum.repos.d /etc/dnf/vars\n",
+        "install -d /etc/yum.repos.d /etc/dnf/vars\n"
+        # Debian enables dnf's `local` plugin (EL does not ship it by default): it re-serves
+        # every downloaded package from an unsigned `_dnf_local` repo, which breaks gpgcheck.
+        "sed -i 's/^enabled *= *true/enabled = false/' /etc/dnf/plugins/local.conf\n",
         "customising the base rootfs",
     )
     (tmp / "etc/resolv.conf").write_text("# gpufleet testbed node: no DNS (air-gapped)\n")
@@ -128,5 +137,7 @@ def build(force: bool = False) -> Path:
 
 def check_python(root: Path) -> None:
     if not (root / "usr/bin/python3.11").exists():
-        raise TestbedError(f"base rootfs {root} has no /usr/bin/python3.11; run `make testbed-clean`"
-                           " then `make testbed-up` to rebuild it")
+        raise TestbedError(
+            f"base rootfs {root} has no /usr/bin/python3.11; run `make testbed-clean`"
+            " then `make testbed-up` to rebuild it"
+        )

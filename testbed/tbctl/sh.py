@@ -43,13 +43,24 @@ def run(
                 fh.write(f"\n$ {shlex.join(cmd)}\n")
                 fh.flush()
                 proc = subprocess.run(
-                    cmd, stdout=fh, stderr=subprocess.STDOUT, text=True, input=input_text,
-                    env=env, timeout=timeout, check=False,
+                    cmd,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    input=input_text,
+                    env=env,
+                    timeout=timeout,
+                    check=False,
                 )
         else:
             proc = subprocess.run(
-                cmd, capture_output=True, text=True, input=input_text, env=env,
-                timeout=timeout, check=False,
+                cmd,
+                capture_output=True,
+                text=True,
+                input=input_text,
+                env=env,
+                timeout=timeout,
+                check=False,
             )
     except FileNotFoundError as exc:
         raise TestbedError(
