@@ -316,7 +316,7 @@ def wait_booted(node: Node) -> str:
     if not wait_for(ready, BOOT_TIMEOUT, 0.5):
         raise TestbedError(
             f"{node.name}: systemd did not finish booting in {BOOT_TIMEOUT:.0f}s (state "
-            f"'{state}'); inspect with `testbed/node {node.name} systemctl list-jobs`"
+            f"'{state}'); inspect with `testbed/node {node.name} -- systemctl list-jobs`"
         )
     if state == "degraded":
         failed = node_exec(node, ["systemctl", "--failed", "--no-legend", "--plain"], check=False)
