@@ -407,12 +407,25 @@ def start_http() -> None:
         )
 
 
+def _find_http() -> int | None:
+    """The server by its command line, for when the pid file is lost."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "http.server" in cmd and f"--directory {MIRROR}" in cmd:
+            return int(proc.name)
+    return None
+
+
 def stop_http() -> None:
-    pid = http_running()
+    pid = http_running() or _find_http()
     if pid:
         say(f"mirror: stopping HTTP server (pid {pid})")
         os.kill(pid, signal.SIGTERM)
-        wait_for(lambda: http_running() is None, 5)
-        if http_running():
+        if not wait_for(lambda: not Path(f"/proc/{pid}").exists(), 5):
             os.kill(pid, signal.SIGKILL)
     HTTP_PID.unlink(missing_ok=True)

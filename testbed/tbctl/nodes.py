@@ -3,6 +3,7 @@ own PID/mount/UTS/IPC namespaces on an overlay of the cached base rootfs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -399,6 +400,27 @@ def stop_node_processes(node: Node) -> None:
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: not Path(f"/proc/{pid}").exists(), 10)
     (node.run_dir / "init.pid").unlink(missing_ok=True)
+    # Fallback when the pid file is lost: every process left in the node's netns is ours.
+    if netns_exists(node.netns):
+        left = subprocess.run(
+            ["ip", "netns", "pids", node.netns], capture_output=True, text=True, check=False
+        ).stdout.split()
+        for p in left:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(p), signal.SIGKILL)
+        if left:
+            say(f"{node.name}: killed {len(left)} leftover process(es) in netns {node.netns}")
+            wait_for(
+                lambda: (
+                    not subprocess.run(
+                        ["ip", "netns", "pids", node.netns],
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                    ).stdout.split()
+                ),
+                10,
+            )
     _kill_pidfile(node.run_dir / "launcher.pid", "unshare")  # nsenter exec()s unshare
     for cg in _cgroup_dirs(node):
         if cg.exists():
