@@ -447,8 +447,14 @@ def stop_node(node: Node) -> None:
     if netns_exists(node.netns):
         say(f"{node.name}: deleting network namespace {node.netns}")
         run(["ip", "netns", "del", node.netns], what=f"{node.name}: ip netns del")
-    if _link_exists(node.veth_host):
-        run(["ip", "link", "del", node.veth_host], what=f"{node.name}: deleting veth")
+    # Deleting the netns destroys the veth pair asynchronously: wait, then delete what is left.
+    if not wait_for(lambda: not _link_exists(node.veth_host), 3, 0.1):
+        subprocess.run(["ip", "link", "del", node.veth_host], capture_output=True, check=False)
+        if _link_exists(node.veth_host):
+            raise TestbedError(
+                f"{node.name}: cannot delete veth {node.veth_host}; "
+                f"try `ip link del {node.veth_host}` by hand"
+            )
 
 
 def our_netns() -> list[str]:

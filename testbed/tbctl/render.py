@@ -657,6 +657,8 @@ def inventory_group_vars(m: MirrorInfo) -> dict[str, Any]:
 
 
 GROUP_VARS_HEADER = """\
+# yamllint disable-file
+---
 # Written by `make testbed-up` (testbed/tbctl): the variables that point gpufleet's roles at
 # the simulated cluster and its local mirrors. Regenerated on every testbed-up; edit
 # testbed/tbctl/render.py (inventory_group_vars) instead of this file.
@@ -666,7 +668,8 @@ GROUP_VARS_HEADER = """\
 #   epel/{{8,9,10}}/              dkms, epel-release
 #   base/{{8,9,10}}/              kernel-devel(-matched), kernel-headers, gcc-c++, markers
 #   pypi/simple/                PEP 503 index: torch 2.13.0 CPU, deps, gpufleet wheel
-# Every RPM and every repomd.xml is signed with the testbed key {fpr}.
+# Every RPM and every repomd.xml is signed with the testbed key
+#   {fpr}
 # conda channels are not reachable here: the testbed uses torch_env_manager: venv.
 """
 
@@ -677,13 +680,16 @@ def group_vars_text(m: MirrorInfo) -> str:
         f"{m.url}/cuda/rhel{{{{ ansible_distribution_major_version }}}}/x86_64/{m.cuda_key_file}"
     )
     return GROUP_VARS_HEADER.format(url=m.url, fpr=m.fingerprint) + yaml.safe_dump(
-        data, sort_keys=False, default_flow_style=False, width=200
+        data, sort_keys=False, default_flow_style=False, width=72
     )
 
 
 def hosts_text(nodes: list[Node], key_file: str, known_hosts_file: str) -> str:
-    head = "# Written by `make testbed-up`: the simulated EL cluster (one netns per node).\n"
+    head = (
+        "# yamllint disable-file\n---\n"
+        "# Written by `make testbed-up`: the simulated EL cluster (one netns per node).\n"
+    )
     body = yaml.safe_dump(
-        inventory_hosts(nodes, key_file, known_hosts_file), sort_keys=False, width=200
+        inventory_hosts(nodes, key_file, known_hosts_file), sort_keys=False, width=72
     )
     return head + body
