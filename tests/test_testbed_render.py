@@ -177,3 +177,12 @@ def test_sshd_config_listens_on_the_node_only() -> None:
     text = render.sshd_config("10.213.0.11")
     assert "ListenAddress 10.213.0.11:22" in text
     assert "PasswordAuthentication no" in text
+
+
+def test_hosts_file_lists_every_node_and_the_mirror() -> None:
+    from tbctl import nodes  # noqa: PLC0415
+
+    text = nodes.hosts_file(config.make_nodes(3))
+    assert "10.213.0.13 node3\n" in text
+    assert "10.213.0.1 testbed-mirror\n" in text
+    assert "127.0.1.1" not in text  # gloo must resolve a node's name to its cluster address

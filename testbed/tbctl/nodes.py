@@ -179,6 +179,12 @@ def _write(root: Path, path: str, text: str, mode: int = 0o644) -> None:
     dest.chmod(mode)
 
 
+def hosts_file(nodes: list[Node]) -> str:
+    hosts = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"
+    hosts += "".join(f"{n.address} {n.name}\n" for n in nodes)
+    return hosts + f"{BRIDGE_ADDRESS} testbed-mirror\n"
+
+
 def prepare_upper(node: Node, nodes: list[Node]) -> None:
     """Write the node's own files into its overlay upper dir (the node is not running)."""
     up = node.run_dir / "upper"
@@ -187,10 +193,7 @@ def prepare_upper(node: Node, nodes: list[Node]) -> None:
     for path, text in render.release_files(node.release).items():
         _write(up, path, text)
     _write(up, "/etc/hostname", node.name + "\n")
-    hosts = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"
-    hosts += "".join(f"{n.address} {n.name}\n" for n in nodes)
-    hosts += f"{BRIDGE_ADDRESS} testbed-mirror\n"
-    _write(up, "/etc/hosts", hosts)
+    _write(up, "/etc/hosts", hosts_file(nodes))
     _write(up, "/etc/machine-id", os.urandom(16).hex() + "\n", 0o444)
     _write(up, "/etc/dnf/vars/releasever", f"{node.release.major}\n")
     key = node.run_dir / "ssh_host_ed25519_key"
@@ -336,6 +339,8 @@ def ensure_node(node: Node, nodes: list[Node]) -> None:
         say(f"{node.name}: systemd is {state}")
     else:
         say(f"{node.name}: already running (systemd pid {pid})")
+        # the node list may have changed: refresh /etc/hosts through the node's own root
+        _write(Path(f"/proc/{pid}/root"), "/etc/hosts", hosts_file(nodes))
     for unit in ("ssh.service", "firewalld.service"):
         r = node_exec(node, ["systemctl", "is-active", unit], check=False)
         if r.stdout.strip() != "active":
