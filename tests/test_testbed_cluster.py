@@ -261,4 +261,5 @@ def test_down_leaves_nothing_behind(cluster: list[config.Node]) -> None:
         if str(config.STATE_DIR) in cmd or f"--bind {config.BRIDGE_ADDRESS}" in cmd:
             ours.append(cmd)
     assert ours == []
+    assert not Path("/run/gpufleet-testbed.owner").exists()
     assert (config.CACHE_DIR / "rootfs").is_dir()  # the cache stays

@@ -50,6 +50,25 @@ def _need_root() -> None:
         raise TestbedError(f"missing tools: {', '.join(missing)}; run `make testbed-deps`")
 
 
+OWNER_FILE = Path("/run/gpufleet-testbed.owner")
+
+
+def _check_owner(claim: bool) -> None:
+    """One testbed per machine: the kernel names (gftb-*) and the subnet are global. Refuse
+    to touch a testbed that another checkout started."""
+    try:
+        owner = OWNER_FILE.read_text().strip()
+    except OSError:
+        owner = ""
+    if owner and owner != str(STATE_DIR) and (nodes.our_netns() or nodes._link_exists(BRIDGE)):
+        raise TestbedError(
+            f"a testbed started from {owner} is up on this machine; run `make testbed-down` "
+            f"in that checkout first (or delete {OWNER_FILE} if that checkout is gone)"
+        )
+    if claim:
+        OWNER_FILE.write_text(f"{STATE_DIR}\n")
+
+
 def write_inventory(node_list: list[Node], fpr: str) -> Path:
     INVENTORY_DIR.mkdir(parents=True, exist_ok=True)
     (INVENTORY_DIR / "group_vars").mkdir(exist_ok=True)
@@ -70,6 +89,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     _need_root()
     t0 = time.monotonic()
     node_list = make_nodes(args.nodes, parse_mix(args.mix))
+    _check_owner(claim=True)
     existing = nodes.node_names_from_state()
     extra = [n for n in existing if int(n.removeprefix("node")) > args.nodes]
     for name in extra:
@@ -82,7 +102,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     nodes.ensure_bridge()
     fpr, _ = mirror.build_repos()
-    pip = Path(sys.executable).with_name("pip")
+    pip = [sys.executable, "-m", "pip"]
     mirror.build_wheelhouse(pip)
     mirror.start_http()
     nodes.ensure_client_key()
@@ -103,6 +123,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_down(args: argparse.Namespace) -> int:
     _need_root()
+    _check_owner(claim=False)
     t0 = time.monotonic()
     for name in nodes.node_names_from_state():
         n = Node(int(name.removeprefix("node")), RELEASES["alma8"])
@@ -119,6 +140,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         raise TestbedError(f"mounts still under {STATE_DIR}: {left}; unmount them by hand")
     nodes.clear_dir(RUN_DIR)
     nodes.clear_dir(INVENTORY_DIR)
+    OWNER_FILE.unlink(missing_ok=True)
     say(
         f"testbed down in {time.monotonic() - t0:.0f}s (cached base rootfs and wheels kept; "
         "`make testbed-clean` removes them)"

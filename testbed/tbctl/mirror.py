@@ -271,7 +271,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def download_wheels(pip: Path) -> None:
+def download_wheels(pip: list[str]) -> None:
     """pip download the node env's wheels once (cp311, manylinux x86_64) into the cache."""
     stamp = WHEEL_CACHE / ".complete"
     want = "\n".join(NODE_REQUIREMENTS)
@@ -282,7 +282,7 @@ def download_wheels(pip: Path) -> None:
     constraints = REPO_DIR / "requirements" / "constraints.txt"
     run(
         [
-            pip,
+            *pip,
             "download",
             "--quiet",
             "--disable-pip-version-check",
@@ -314,7 +314,7 @@ def download_wheels(pip: Path) -> None:
     stamp.write_text(want)
 
 
-def build_wheelhouse(pip: Path) -> None:
+def build_wheelhouse(pip: list[str]) -> None:
     download_wheels(pip)
     files = MIRROR / "pypi" / "files"
     if (MIRROR / "pypi" / ".complete").is_file():
@@ -326,7 +326,7 @@ def build_wheelhouse(pip: Path) -> None:
     build_tmp = RUN_DIR / "gpufleet-wheel"
     shutil.rmtree(build_tmp, ignore_errors=True)
     run(
-        [pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", build_tmp, REPO_DIR],
+        [*pip, "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", build_tmp, REPO_DIR],
         what="building the gpufleet wheel",
         log=LOG,
         fix=f"read {LOG}",
