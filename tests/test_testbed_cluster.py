@@ -226,6 +226,21 @@ def test_firewalld_answers_in_each_node(cluster: list[config.Node]) -> None:
         assert r.stdout.split() == ["running", "active", "active"]
 
 
+def test_up_with_other_node_counts_removes_and_adds_nodes(cluster: list[config.Node]) -> None:
+    if len(cluster) < 2:
+        pytest.skip("needs at least 2 nodes")
+    one = tbctl("up", "--nodes", "1")
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert nodes.our_netns() == ["gftb-node1"]
+    assert "node2:" not in (config.INVENTORY_DIR / "hosts.yml").read_text()
+    back = tbctl("up", "--nodes", str(len(cluster)))
+    assert back.returncode == 0, back.stdout + back.stderr
+    assert sorted(nodes.our_netns()) == sorted(n.netns for n in cluster)
+    last = cluster[-1]
+    r = ssh(cluster[0].address, f"getent hosts {last.name}")
+    assert r.stdout.split()[:2] == [last.address, last.name], r.stdout + r.stderr
+
+
 def test_down_leaves_nothing_behind(cluster: list[config.Node]) -> None:
     pids = [nodes.init_pid(n) for n in cluster]
     # every process of every node (sshd, firewalld, dbus, ...): same PID namespace as its init
