@@ -128,3 +128,32 @@ smoke: setup ## run the single-node smoke suite here (CPU: 2 gloo ranks) into re
 	@mkdir -p reports/smoke-local
 	PYTHONPATH=src $(BIN)/python -m pytest smoke_tests/ -p no:cacheprovider \
 		--gpufleet-json=reports/smoke-local/smoke.json --junitxml=reports/smoke-local/smoke.xml $(SMOKE_ARGS)
+
+# --- testbed ---
+# The simulated EL cluster (docs/testbed.md). Needs root; Debian 12 host tools come from
+# `make testbed-deps`. State lives in testbed/.state (git-ignored).
+NODES ?= 3
+TESTBED_APT_PACKAGES := debootstrap dnf dnf-plugins-core python3-dnf rpm createrepo-c gnupg \
+	openssh-client iproute2 nftables util-linux procps ca-certificates
+TBCTL := PYTHONPATH=$(CURDIR)/testbed $(BIN)/python -m tbctl
+
+.PHONY: testbed-deps testbed-up testbed-down testbed-status testbed-clean
+testbed-deps: ## install the testbed's host tools with apt-get (debootstrap, dnf, rpm, createrepo-c, gnupg, ...)
+	@missing=$$(for p in $(TESTBED_APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo ">> testbed-deps: installing $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	else echo ">> testbed-deps: all host tools present"; fi
+
+testbed-up: setup testbed-deps ## start the simulated EL cluster (NODES=3; idempotent); prints the inventory path
+	$(TBCTL) up --nodes $(NODES)
+
+testbed-down: setup ## stop the testbed and remove all it made but the cached base rootfs (safe twice)
+	$(TBCTL) down
+
+testbed-status: setup ## show the testbed's bridge, mirror and nodes
+	$(TBCTL) status
+
+testbed-clean: setup ## testbed-down, then remove the cached base rootfs and wheels
+	$(TBCTL) clean

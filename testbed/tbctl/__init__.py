@@ -1,0 +1,1 @@
+"""gpufleet testbed: a simulated EL cluster on one Debian machine (see docs/testbed.md)."""

@@ -1,0 +1,178 @@
+"""Constants and the node/release model of the testbed (pure, no side effects)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+TESTBED_DIR = Path(__file__).resolve().parents[1]  # <repo>/testbed
+REPO_DIR = TESTBED_DIR.parent
+
+# Everything the testbed creates lives under STATE_DIR (git-ignored):
+#   cache/  kept by `make testbed-down` (base rootfs, downloaded wheels); removed by testbed-clean
+#   run/    removed by `make testbed-down` (nodes, keys, mirror, pid files, logs)
+STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", TESTBED_DIR / ".state"))
+CACHE_DIR = STATE_DIR / "cache"
+RUN_DIR = STATE_DIR / "run"
+INVENTORY_DIR = Path(os.environ.get("TESTBED_INVENTORY_DIR", TESTBED_DIR / "inventory"))
+
+# Names of kernel objects: every one starts with PREFIX so that `testbed-down` and the tests
+# can find exactly ours and nothing else.
+PREFIX = "gftb"
+BRIDGE = f"{PREFIX}-br0"
+SUBNET = ipaddress.ip_network(os.environ.get("TESTBED_SUBNET", "10.213.0.0/24"))
+BRIDGE_ADDRESS = str(next(SUBNET.hosts()))  # .1, in the root namespace
+NODE_HOST_OFFSET = 10  # node1 -> .11, node2 -> .12, ...
+HTTP_PORT = int(os.environ.get("TESTBED_HTTP_PORT", "8213"))
+DEFAULT_NODES = 3
+MAX_NODES = 32
+
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = os.environ.get("TESTBED_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+# Packages of the base root filesystem. Changing this list rebuilds the cached base.
+ROOTFS_PACKAGES = (
+    "python3",  # 3.11 on bookworm: /usr/bin/python3.11
+    "python3-venv",
+    "python3-dnf",
+    "dnf",
+    "dnf-plugins-core",
+    "rpm",
+    "openssh-server",
+    "systemd",
+    "dbus",
+    "firewalld",
+    "nftables",
+    "python3-nftables",
+    "iproute2",
+    "netbase",  # /etc/protocols, /etc/services: firewalld refuses to start without them
+    "iputils-ping",
+    "procps",
+    "sudo",
+    "gnupg",
+    "pciutils",
+    "kmod",
+    "ca-certificates",
+    "less",
+)
+
+
+@dataclass(frozen=True)
+class ElRelease:
+    """An EL release a node pretends to be (through /etc/os-release and friends)."""
+
+    key: str  # short name used on the command line: alma8, rocky9, centos10
+    distro_id: str  # os-release ID
+    name: str  # os-release NAME
+    version_id: str  # os-release VERSION_ID
+    pretty_name: str
+    release_line: str  # /etc/redhat-release
+    release_file: str  # the distribution's own file (/etc/almalinux-release, ...)
+    id_like: str
+    cpe: str
+    home_url: str
+    platform_id: str
+    version_codename: str = ""
+
+    @property
+    def major(self) -> int:
+        return int(self.version_id.split(".")[0])
+
+
+RELEASES: dict[str, ElRelease] = {
+    "alma8": ElRelease(
+        key="alma8",
+        distro_id="almalinux",
+        name="AlmaLinux",
+        version_id="8.10",
+        pretty_name="AlmaLinux 8.10 (Cerulean Leopard)",
+        release_line="AlmaLinux release 8.10 (Cerulean Leopard)",
+        release_file="/etc/almalinux-release",
+        id_like="rhel centos fedora",
+        cpe="cpe:/o:almalinux:almalinux:8::baseos",
+        home_url="https://almalinux.org/",
+        platform_id="platform:el8",
+    ),
+    "rocky9": ElRelease(
+        key="rocky9",
+        distro_id="rocky",
+        name="Rocky Linux",
+        version_id="9.6",
+        pretty_name="Rocky Linux 9.6 (Blue Onyx)",
+        release_line="Rocky Linux release 9.6 (Blue Onyx)",
+        release_file="/etc/rocky-release",
+        id_like="rhel centos fedora",
+        cpe="cpe:/o:rocky:rocky:9::baseos",
+        home_url="https://rockylinux.org/",
+        platform_id="platform:el9",
+    ),
+    "centos10": ElRelease(
+        key="centos10",
+        distro_id="centos",
+        name="CentOS Stream",
+        version_id="10",
+        pretty_name="CentOS Stream 10 (Coughlan)",
+        release_line="CentOS Stream release 10 (Coughlan)",
+        release_file="/etc/centos-release",
+        id_like="rhel fedora",
+        cpe="cpe:/o:centos:centos:10",
+        home_url="https://centos.org/",
+        platform_id="platform:el10",
+    ),
+}
+DEFAULT_MIX = ("alma8", "rocky9", "centos10")
+
+
+@dataclass(frozen=True)
+class Node:
+    index: int  # 1-based
+    release: ElRelease
+
+    @property
+    def name(self) -> str:
+        return f"node{self.index}"
+
+    @property
+    def netns(self) -> str:
+        return f"{PREFIX}-{self.name}"
+
+    @property
+    def veth_host(self) -> str:
+        return f"{PREFIX}-v{self.index}"  # host end, enslaved to the bridge
+
+    @property
+    def veth_peer(self) -> str:
+        return f"{PREFIX}-p{self.index}"  # node end before it is renamed eth0 in the netns
+
+    @property
+    def address(self) -> str:
+        return str(SUBNET.network_address + NODE_HOST_OFFSET + self.index)
+
+    @property
+    def run_dir(self) -> Path:
+        return RUN_DIR / "nodes" / self.name
+
+
+def parse_mix(spec: str | None) -> tuple[str, ...]:
+    """`alma8,rocky9` -> ('alma8', 'rocky9'); empty -> the default mix."""
+    if not spec:
+        return DEFAULT_MIX
+    keys = tuple(k.strip() for k in spec.split(",") if k.strip())
+    unknown = [k for k in keys if k not in RELEASES]
+    if unknown:
+        raise ValueError(
+            f"unknown EL release(s) {', '.join(unknown)} in TESTBED_MIX; "
+            f"known: {', '.join(RELEASES)}"
+        )
+    return keys or DEFAULT_MIX
+
+
+def make_nodes(count: int, mix: tuple[str, ...] = DEFAULT_MIX) -> list[Node]:
+    if not 1 <= count <= MAX_NODES:
+        raise ValueError(f"NODES={count}: the testbed supports 1 to {MAX_NODES} nodes")
+    return [Node(i, RELEASES[mix[(i - 1) % len(mix)]]) for i in range(1, count + 1)]
+
+
+def mirror_url() -> str:
+    return f"http://{BRIDGE_ADDRESS}:{HTTP_PORT}"

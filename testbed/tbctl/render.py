@@ -1,0 +1,695 @@
+"""Pure renderers: everything here turns data into text, with no side effects.
+
+Unit tests cover this module without root, network or testbed tools
+(tests/test_testbed_render.py).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from .config import ElRelease, Node
+
+# ---------------------------------------------------------------------------------------
+# EL identity of a node
+
+
+def os_release(rel: ElRelease) -> str:
+    """/etc/os-release of an EL node, modelled on the real distribution's file."""
+    lines = {
+        "NAME": rel.name,
+        "VERSION": rel.pretty_name.removeprefix(rel.name).strip(),
+        "ID": rel.distro_id,
+        "ID_LIKE": rel.id_like,
+        "VERSION_ID": rel.version_id,
+        "PLATFORM_ID": rel.platform_id,
+        "PRETTY_NAME": rel.pretty_name,
+        "ANSI_COLOR": "0;32",
+        "CPE_NAME": rel.cpe,
+        "HOME_URL": rel.home_url,
+        "GPUFLEET_TESTBED": "1",
+        "GPUFLEET_TESTBED_NOTE": "Debian bookworm root filesystem posing as this EL release",
+    }
+    return "".join(f'{k}="{v}"\n' for k, v in lines.items())
+
+
+def release_files(rel: ElRelease) -> dict[str, str]:
+    """Path -> content of every file that names the release (os-release and *-release)."""
+    line = rel.release_line + "\n"
+    return {
+        "/etc/os-release": os_release(rel),
+        "/usr/lib/os-release": os_release(rel),
+        "/etc/redhat-release": line,
+        "/etc/system-release": line,
+        rel.release_file: line,
+        "/etc/system-release-cpe": rel.cpe + "\n",
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# Stand-in RPM packages
+
+DRIVER_BRANCHES = {"580": "580.95.05", "575": "575.57.08"}
+DRIVER_EPOCH = 3  # NVIDIA's driver packages carry epoch 3
+TOOLKITS = {"13.0": "13.0.2", "12.8": "12.8.1", "12.6": "12.6.3"}
+MODULE_NAME = "nvidia-driver"
+MODULE_DEFAULT_STREAM = "latest-dkms"
+STANDIN_NOTE = (
+    "gpufleet testbed stand-in: same name and file locations as the real package, "
+    "no real content; this node has no NVIDIA GPU."
+)
+
+
+@dataclass
+class Pkg:
+    name: str
+    version: str
+    repo: str  # cuda | epel | base | foreign
+    summary: str
+    release: str = "1"
+    epoch: int | None = None
+    arch: str = "x86_64"
+    requires: list[str] = field(default_factory=list)
+    provides: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    files: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (mode, text)
+    # module membership (EL8/9 only): stream names whose artifacts list this package
+    streams: list[str] = field(default_factory=list)
+
+    def evr(self, dist: str) -> str:
+        ep = f"{self.epoch}:" if self.epoch is not None else ""
+        return f"{ep}{self.version}-{self.release}{dist}"
+
+    def nevra(self, dist: str) -> str:
+        ep = self.epoch if self.epoch is not None else 0
+        return f"{self.name}-{ep}:{self.version}-{self.release}{dist}.{self.arch}"
+
+    def filename(self, dist: str) -> str:
+        return f"{self.name}-{self.version}-{self.release}{dist}.{self.arch}.rpm"
+
+
+def sanitize_rpm_version(text: str) -> tuple[str, str]:
+    """Split a kernel release (uname -r) into an RPM Version and Release (no '-' allowed).
+
+    '6.18.44-fc-v669' -> ('6.18.44', 'fc_v669');
+    '5.14.0-570.el9.x86_64' -> ('5.14.0', '570.el9.x86_64')
+    """
+    head, _, tail = text.partition("-")
+    clean = re.compile(r"[^A-Za-z0-9._+~^]")
+    version = clean.sub("_", head) or "0"
+    release = clean.sub("_", tail.replace("-", "_")) or "0"
+    return version, release
+
+
+def uname_r_evr(kernel_release: str) -> str:
+    """The kernel release as an RPM version: exact when it has one '-' (every real EL kernel)."""
+    if kernel_release.count("-") <= 1:
+        return kernel_release
+    version, release = sanitize_rpm_version(kernel_release)
+    return f"{version}-{release}"
+
+
+def nvcc_script(cuda: str, full: str) -> str:
+    return f"""#!/bin/sh
+# gpufleet testbed stand-in for nvcc of CUDA {cuda}: it reports the release and compiles nothing.
+case "$1" in
+  --version|-V)
+    echo "nvcc: NVIDIA (R) Cuda compiler driver -- gpufleet TESTBED STAND-IN, compiles nothing"
+    echo "Cuda compilation tools, release {cuda}, V{full}"
+    echo "Build testbed_{cuda}"
+    exit 0 ;;
+esac
+echo "nvcc (gpufleet testbed stand-in for CUDA {cuda}): cannot compile; only --version works" >&2
+exit 1
+"""
+
+
+def driver_packages(branch: str, version: str) -> list[Pkg]:
+    ep = DRIVER_EPOCH
+    dv = f"{ep}:{version}"
+    open_streams = [f"{branch}-open", "open-dkms"]
+    dkms_streams = [f"{branch}-dkms", "latest-dkms"]
+    precompiled = [branch, "latest"]
+    common = open_streams + dkms_streams + precompiled
+    doc = lambda n: {f"/usr/share/doc/{n}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")}  # noqa: E731
+    return [
+        Pkg(
+            "nvidia-open",
+            version,
+            "cuda",
+            f"NVIDIA open kernel module driver {branch} (meta, testbed stand-in)",
+            epoch=ep,
+            requires=[
+                f"kmod-nvidia-open-dkms = {dv}",
+                f"nvidia-driver = {dv}",
+                f"nvidia-driver-cuda = {dv}",
+                f"nvidia-persistenced = {dv}",
+            ],
+            streams=open_streams,
+        ),
+        Pkg(
+            "cuda-drivers",
+            version,
+            "cuda",
+            f"CUDA driver meta package, proprietary kernel module, branch {branch} (stand-in)",
+            requires=[
+                f"kmod-nvidia-latest-dkms = {dv}",
+                f"nvidia-driver = {dv}",
+                f"nvidia-driver-cuda = {dv}",
+                f"nvidia-persistenced = {dv}",
+            ],
+            streams=dkms_streams,
+        ),
+        Pkg(
+            f"cuda-drivers-{branch}",
+            version,
+            "cuda",
+            f"CUDA driver meta package pinned to branch {branch} (stand-in)",
+            requires=[f"cuda-drivers = {version}"],
+            streams=dkms_streams,
+        ),
+        Pkg(
+            "kmod-nvidia-open-dkms",
+            version,
+            "cuda",
+            f"NVIDIA open kernel module sources {version} for DKMS (stand-in, builds nothing)",
+            epoch=ep,
+            requires=["dkms", f"nvidia-kmod-common = {dv}"],
+            provides=[f"nvidia-kmod = {dv}"],
+            conflicts=["kmod-nvidia-latest-dkms"],
+            files={f"/usr/src/nvidia-open-{version}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")},
+            streams=open_streams,
+        ),
+        Pkg(
+            "kmod-nvidia-latest-dkms",
+            version,
+            "cuda",
+            f"NVIDIA proprietary kernel module sources {version} for DKMS (stand-in)",
+            epoch=ep,
+            requires=["dkms", f"nvidia-kmod-common = {dv}"],
+            provides=[f"nvidia-kmod = {dv}"],
+            conflicts=["kmod-nvidia-open-dkms"],
+            files={f"/usr/src/nvidia-{version}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")},
+            streams=dkms_streams,
+        ),
+        Pkg(
+            "nvidia-driver",
+            version,
+            "cuda",
+            f"NVIDIA driver user space {version} (stand-in: no libraries, no tools)",
+            epoch=ep,
+            requires=[f"nvidia-driver-libs = {dv}", f"nvidia-kmod-common = {dv}"],
+            files=doc("nvidia-driver"),
+            streams=common,
+        ),
+        Pkg(
+            "nvidia-driver-cuda",
+            version,
+            "cuda",
+            f"NVIDIA CUDA driver tools {version} (stand-in: deliberately ships NO nvidia-smi)",
+            epoch=ep,
+            requires=[f"nvidia-driver = {dv}", f"nvidia-driver-libs = {dv}"],
+            files=doc("nvidia-driver-cuda"),
+            streams=common,
+        ),
+        Pkg(
+            "nvidia-driver-libs",
+            version,
+            "cuda",
+            f"NVIDIA driver libraries {version} (stand-in: no libcuda, no libnvidia-ml)",
+            epoch=ep,
+            files=doc("nvidia-driver-libs"),
+            streams=common,
+        ),
+        Pkg(
+            "nvidia-kmod-common",
+            version,
+            "cuda",
+            f"Common files for the NVIDIA kernel modules {version} (nouveau blacklist)",
+            epoch=ep,
+            arch="noarch",
+            files={
+                "/usr/lib/modprobe.d/nvidia.conf": (
+                    0o644,
+                    "# Installed by nvidia-kmod-common (gpufleet testbed stand-in)\n"
+                    "blacklist nouveau\n"
+                    "options nouveau modeset=0\n"
+                    "softdep nvidia post: nvidia-uvm\n",
+                ),
+            },
+            streams=common,
+        ),
+        Pkg(
+            "nvidia-persistenced",
+            version,
+            "cuda",
+            f"NVIDIA persistence daemon {version} (stand-in: refuses to run, no GPU)",
+            epoch=ep,
+            files={
+                "/usr/lib/systemd/system/nvidia-persistenced.service": (
+                    0o644,
+                    "[Unit]\n"
+                    "Description=NVIDIA Persistence Daemon (gpufleet testbed stand-in)\n"
+                    "Wants=syslog.target\n\n"
+                    "[Service]\n"
+                    "Type=forking\n"
+                    "ExecStart=/usr/bin/nvidia-persistenced --verbose\n"
+                    "ExecStopPost=/bin/rm -rf /var/run/nvidia-persistenced\n\n"
+                    "[Install]\n"
+                    "WantedBy=multi-user.target\n",
+                ),
+                "/usr/bin/nvidia-persistenced": (
+                    0o755,
+                    "#!/bin/sh\n"
+                    "echo 'nvidia-persistenced: gpufleet testbed stand-in; "
+                    "this node has no NVIDIA GPU' >&2\n"
+                    "exit 1\n",
+                ),
+            },
+            streams=common,
+        ),
+    ]
+
+
+def toolkit_package(cuda: str, full: str) -> Pkg:
+    dash = cuda.replace(".", "-")
+    prefix = f"/usr/local/cuda-{cuda}"
+    version_json = (
+        "{\n"
+        f'  "cuda": {{"name": "CUDA SDK", "version": "{full}"}},\n'
+        f'  "cuda_nvcc": {{"name": "CUDA NVCC", "version": "{full}"}},\n'
+        '  "gpufleet_testbed": "stand-in tree, no libraries"\n'
+        "}\n"
+    )
+    return Pkg(
+        f"cuda-toolkit-{dash}",
+        full,
+        "cuda",
+        f"CUDA Toolkit {cuda} (testbed stand-in tree under {prefix}, no driver)",
+        files={
+            f"{prefix}/bin/nvcc": (0o755, nvcc_script(cuda, full)),
+            f"{prefix}/version.json": (0o644, version_json),
+            f"{prefix}/lib64/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n"),
+            f"{prefix}/include/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n"),
+        },
+    )
+
+
+# Packages the roles may ask dnf for whose real programs come from the Debian root
+# filesystem: empty markers so that the RPM database knows them.
+MARKERS = (
+    "gcc",
+    "make",
+    "elfutils-libelf-devel",
+    "pciutils",
+    "kmod",
+    "tar",
+    "gzip",
+    "which",
+    "procps-ng",
+    "iproute",
+    "sudo",
+    "openssh-server",
+    "firewalld",
+    "python3-firewall",
+    "dnf-plugins-core",
+    "python3-dnf-plugin-versionlock",
+    "python3.11",
+    "python3.11-pip",
+    "python3.11-devel",
+)
+
+
+def catalog(kernel_release: str, el_major: int) -> list[Pkg]:
+    """Every stand-in package of one EL major release."""
+    kver, krel = sanitize_rpm_version(kernel_release)
+    pkgs: list[Pkg] = []
+    for branch, version in DRIVER_BRANCHES.items():
+        pkgs += driver_packages(branch, version)
+    pkgs += [toolkit_package(c, f) for c, f in TOOLKITS.items()]
+    pkgs += [
+        Pkg(
+            "dkms",
+            "3.2.1",
+            "epel",
+            "Dynamic Kernel Module Support (stand-in: builds nothing)",
+            arch="noarch",
+            files={
+                "/usr/sbin/dkms": (
+                    0o755,
+                    "#!/bin/sh\n"
+                    "# gpufleet testbed stand-in for dkms\n"
+                    'case "$1" in --version|-V) echo "dkms-3.2.1 (gpufleet testbed stand-in)";'
+                    " exit 0;; status) exit 0;; esac\n"
+                    'echo "dkms (gpufleet testbed stand-in): nothing to build, no GPU" >&2\n'
+                    "exit 0\n",
+                )
+            },
+        ),
+        Pkg(
+            "epel-release",
+            str(el_major),
+            "epel",
+            f"EPEL {el_major} release marker (stand-in: ships no .repo file, no metalink)",
+            release="1",
+            arch="noarch",
+        ),
+        Pkg(
+            "kernel-headers",
+            kver,
+            "base",
+            f"Kernel headers for {kernel_release} (stand-in)",
+            release=krel,
+            files={"/usr/include/linux/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")},
+        ),
+        Pkg(
+            "kernel-devel",
+            kver,
+            "base",
+            f"Kernel build tree for {kernel_release} (stand-in)",
+            release=krel,
+            # RPM versions hold one '-' at most (V-R). A real EL uname -r has exactly one
+            # (5.14.0-570.el9.x86_64); when the host's has more, the versioned provide uses
+            # the sanitized V-R and the literal name below still matches `kernel-devel-$(uname -r)`.
+            provides=[
+                f"kernel-devel-uname-r = {uname_r_evr(kernel_release)}",
+                f"kernel-devel-{kernel_release}",
+            ],
+            files={
+                f"/usr/src/kernels/{kernel_release}/Makefile": (
+                    0o644,
+                    f"# gpufleet testbed stand-in kernel tree for {kernel_release}\n",
+                )
+            },
+        ),
+        Pkg(
+            "kernel-devel-matched",
+            kver,
+            "base",
+            f"Meta package: kernel-devel matching the running kernel {kernel_release} (stand-in)",
+            release=krel,
+            requires=[f"kernel-devel-uname-r = {uname_r_evr(kernel_release)}"],
+        ),
+        Pkg("gcc-c++", "11.5.0", "base", "C++ compiler (marker: none in the testbed)"),
+    ]
+    pkgs += [
+        Pkg(m, "0.0.1", "base", f"testbed marker: {m} comes from the node's Debian root filesystem")
+        for m in MARKERS
+    ]
+    return pkgs
+
+
+def foreign_package() -> Pkg:
+    return Pkg(
+        "gpufleet-foreign-test",
+        "1.0",
+        "foreign",
+        "Signed with the testbed's FOREIGN key: dnf must refuse it with gpgcheck=1",
+        arch="noarch",
+        files={"/usr/share/gpufleet-foreign-test/README": (0o644, "must never install\n")},
+    )
+
+
+def spec(pkg: Pkg) -> str:
+    """An RPM spec that installs pkg.files from the tree %{_sourcedir}/tree."""
+    out = [
+        "%global debug_package %{nil}",
+        "%global __os_install_post %{nil}",
+        "%define _build_id_links none",
+        f"Name: {pkg.name}",
+        f"Version: {pkg.version}",
+        f"Release: {pkg.release}%{{?dist}}",
+    ]
+    if pkg.epoch is not None:
+        out.append(f"Epoch: {pkg.epoch}")
+    out += [
+        f"Summary: {pkg.summary}",
+        "License: MIT",
+        "URL: https://example.invalid/gpufleet-testbed",
+        f"BuildArch: {pkg.arch}",
+        # The node's RPM database is empty (Debian root): no automatic /bin/sh, libc requires.
+        "AutoReqProv: no",
+    ]
+    out += [f"Requires: {r}" for r in pkg.requires]
+    out += [f"Provides: {p}" for p in pkg.provides]
+    out += [f"Conflicts: {c}" for c in pkg.conflicts]
+    out += ["", "%description", STANDIN_NOTE, "", "%prep", "", "%build", "", "%install"]
+    if pkg.files:
+        out.append("cp -a %{_sourcedir}/tree/. %{buildroot}/")
+    out += ["", "%files"]
+    out += [_rpm_path(p) for p in sorted(pkg.files)]
+    return "\n".join(out) + "\n"
+
+
+def _rpm_path(path: str) -> str:
+    # rpm globs in %files; quote paths that have spaces (none do) and keep plain ones plain
+    return f'"{path}"' if " " in path else path
+
+
+# ---------------------------------------------------------------------------------------
+# Module metadata (EL8/EL9 only)
+
+
+def modules_yaml(pkgs: list[Pkg], dist: str, version: int = 20251130000000) -> str:
+    """modules.yaml for the nvidia-driver module: one modulemd document per stream + defaults."""
+    streams: dict[str, list[Pkg]] = {}
+    for p in pkgs:
+        for s in p.streams:
+            streams.setdefault(s, []).append(p)
+    docs: list[dict[str, Any]] = []
+    for stream in sorted(streams):
+        members = streams[stream]
+        names = {p.name for p in members}
+        if "nvidia-open" in names:
+            default = ["nvidia-open"]
+            src = ["kmod-nvidia-open-dkms"]
+        elif "cuda-drivers" in names:
+            default = ["cuda-drivers"]
+            src = ["kmod-nvidia-latest-dkms"]
+        else:  # precompiled streams: the testbed has no precompiled kmod packages
+            default = ["nvidia-driver", "nvidia-driver-cuda"]
+            src = ["nvidia-driver"]
+        ks = [n for n in default if n not in ("cuda-drivers", "nvidia-open")] + [
+            "nvidia-driver-cuda",
+            "nvidia-persistenced",
+        ]
+        docs.append(
+            {
+                "document": "modulemd",
+                "version": 2,
+                "data": {
+                    "name": MODULE_NAME,
+                    "stream": stream,
+                    "version": version,
+                    "context": "4e9c8a1b",
+                    "arch": "x86_64",
+                    "summary": "Nvidia driver for "
+                    + stream
+                    + " branch (gpufleet testbed stand-in)",
+                    "description": "Stand-in module stream of the gpufleet testbed. "
+                    + STANDIN_NOTE,
+                    "license": {"module": ["MIT"]},
+                    "profiles": {
+                        "default": {"rpms": sorted(set(default))},
+                        "ks": {"rpms": sorted(set(ks))},
+                        "fm": {"rpms": sorted(set(default))},
+                        "src": {"rpms": sorted(set(src))},
+                    },
+                    "artifacts": {"rpms": sorted(p.nevra(dist) for p in members)},
+                },
+            }
+        )
+    docs.append(
+        {
+            "document": "modulemd-defaults",
+            "version": 1,
+            "data": {
+                "module": MODULE_NAME,
+                "stream": MODULE_DEFAULT_STREAM,
+                "profiles": {s: ["default"] for s in sorted(streams)},
+            },
+        }
+    )
+    return yaml.safe_dump_all(
+        docs, explicit_start=True, explicit_end=True, sort_keys=False, default_flow_style=False
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# dnf repo file for the node itself (used by the tests; the roles write their own)
+
+
+def repo_file(repos: dict[str, tuple[str, str]], gpgcheck: bool = True) -> str:
+    """repos: id -> (baseurl, gpgkey_url)."""
+    out = []
+    for rid, (url, key) in repos.items():
+        out += [
+            f"[{rid}]",
+            f"name=gpufleet testbed {rid}",
+            f"baseurl={url}",
+            "enabled=1",
+            f"gpgcheck={int(gpgcheck)}",
+            f"gpgkey={key}",
+            "",
+        ]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------
+# Python wheelhouse (PEP 503 simple index)
+
+
+def normalize_project(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_project(filename: str) -> str:
+    return normalize_project(filename.split("-", 1)[0])
+
+
+def simple_index(projects: dict[str, list[tuple[str, str]]], files_prefix: str) -> dict[str, str]:
+    """projects: normalized name -> [(filename, sha256)]. Returns relative path -> HTML."""
+    pages = {}
+    root = ["<!DOCTYPE html>", "<html><body>"]
+    for proj in sorted(projects):
+        root.append(f'<a href="{proj}/">{proj}</a><br/>')
+        body = ["<!DOCTYPE html>", f"<html><head><title>{proj}</title></head><body>"]
+        for fn, sha in sorted(projects[proj]):
+            href = html.escape(f"{files_prefix}/{fn}#sha256={sha}")
+            body.append(f'<a href="{href}">{html.escape(fn)}</a><br/>')
+        body.append("</body></html>")
+        pages[f"{proj}/index.html"] = "\n".join(body) + "\n"
+    root.append("</body></html>")
+    pages["index.html"] = "\n".join(root) + "\n"
+    return pages
+
+
+# ---------------------------------------------------------------------------------------
+# SSH
+
+
+def sshd_config(address: str, port: int = 22) -> str:
+    return f"""# Written by the gpufleet testbed (node sshd); read before the Debian defaults.
+ListenAddress {address}:{port}
+HostKey /etc/ssh/gftb_host_ed25519_key
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+PidFile /run/sshd.pid
+AuthorizedKeysFile .ssh/authorized_keys
+MaxStartups 64:30:128
+MaxSessions 64
+"""
+
+
+def known_hosts(entries: list[tuple[list[str], str]]) -> str:
+    """entries: ([names/addresses], 'ssh-ed25519 AAAA...')."""
+    return "".join(f"{','.join(names)} {key.strip()}\n" for names, key in entries)
+
+
+# ---------------------------------------------------------------------------------------
+# Inventory
+
+
+@dataclass(frozen=True)
+class MirrorInfo:
+    url: str  # http://10.213.0.1:8213
+    cuda_key_file: str  # file name of the key next to each cuda repo
+    fingerprint: str  # testbed key fingerprint (40 hex)
+    bridge_address: str
+    cidr: str
+
+
+def inventory_hosts(nodes: list[Node], key_file: str, known_hosts_file: str) -> dict[str, Any]:
+    hosts = {}
+    for n in nodes:
+        hosts[n.name] = {
+            "ansible_host": n.address,
+            "gpufleet_cluster_address": n.address,
+            "testbed_el_release": n.release.pretty_name,
+        }
+    return {
+        "all": {
+            "children": {"gpu_nodes": {"hosts": hosts}},
+            "vars": {
+                "ansible_user": "root",
+                "ansible_ssh_private_key_file": key_file,
+                "ansible_ssh_common_args": (
+                    f"-o UserKnownHostsFile={known_hosts_file} -o StrictHostKeyChecking=yes "
+                    "-o IdentitiesOnly=yes"
+                ),
+                "ansible_python_interpreter": "/usr/bin/python3.11",
+            },
+        }
+    }
+
+
+def inventory_group_vars(m: MirrorInfo) -> dict[str, Any]:
+    return {
+        # -- the nodes: no GPU, CPU verification ------------------------------------
+        "gpufleet_allow_no_gpu": True,
+        "gpufleet_require_gpu": False,
+        "gpufleet_cluster_cidr": m.cidr,
+        # image-baking: the driver/toolkit stand-ins get installed, torch is the CPU build
+        "gpufleet_cuda_variant": "cu130",
+        "torch_env_wheel_variant": "cpu",
+        "torch_env_manager": "venv",
+        "torch_env_python": "/usr/bin/python3.11",
+        # -- mirrors (all served by the testbed on the bridge address) -------------
+        "gpufleet_cuda_repo_baseurl": f"{m.url}/cuda",
+        "gpufleet_cuda_repo_gpgkey_url": "",  # per EL major, see below
+        "gpufleet_cuda_repo_gpgkey_fingerprint": m.fingerprint,
+        "gpufleet_epel_baseurl": f"{m.url}/epel/{{{{ ansible_distribution_major_version }}}}",
+        "gpufleet_epel_gpgkey_url": f"{m.url}/keys/RPM-GPG-KEY-gpufleet-testbed",
+        "gpufleet_epel_gpgkey_fingerprint": m.fingerprint,
+        "gpufleet_base_repo_baseurl": f"{m.url}/base/{{{{ ansible_distribution_major_version }}}}",
+        "gpufleet_base_repo_gpgkey_url": f"{m.url}/keys/RPM-GPG-KEY-gpufleet-testbed",
+        "gpufleet_pip_index_url": f"{m.url}/pypi/simple/",
+        "gpufleet_pip_trusted_hosts": [m.bridge_address],
+        "nvidia_driver_manage_crb": False,
+    }
+
+
+GROUP_VARS_HEADER = """\
+# yamllint disable-file
+---
+# Written by `make testbed-up` (testbed/tbctl): the variables that point gpufleet's roles at
+# the simulated cluster and its local mirrors. Regenerated on every testbed-up; edit
+# testbed/tbctl/render.py (inventory_group_vars) instead of this file.
+#
+# Mirrors: {url}/ (python http.server on the testbed bridge, plain HTTP)
+#   cuda/rhel{{8,9,10}}/x86_64/   NVIDIA-layout repo (+ nvidia-driver module streams on 8/9)
+#   epel/{{8,9,10}}/              dkms, epel-release
+#   base/{{8,9,10}}/              kernel-devel(-matched), kernel-headers, gcc-c++, markers
+#   pypi/simple/                PEP 503 index: torch 2.13.0 CPU, deps, gpufleet wheel
+# Every RPM and every repomd.xml is signed with the testbed key
+#   {fpr}
+# conda channels are not reachable here: the testbed uses torch_env_manager: venv.
+"""
+
+
+def group_vars_text(m: MirrorInfo) -> str:
+    data = inventory_group_vars(m)
+    data["gpufleet_cuda_repo_gpgkey_url"] = (
+        f"{m.url}/cuda/rhel{{{{ ansible_distribution_major_version }}}}/x86_64/{m.cuda_key_file}"
+    )
+    return GROUP_VARS_HEADER.format(url=m.url, fpr=m.fingerprint) + yaml.safe_dump(
+        data, sort_keys=False, default_flow_style=False, width=72
+    )
+
+
+def hosts_text(nodes: list[Node], key_file: str, known_hosts_file: str) -> str:
+    head = (
+        "# yamllint disable-file\n---\n"
+        "# Written by `make testbed-up`: the simulated EL cluster (one netns per node).\n"
+    )
+    body = yaml.safe_dump(
+        inventory_hosts(nodes, key_file, known_hosts_file), sort_keys=False, width=72
+    )
+    return head + body

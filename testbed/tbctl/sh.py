@@ -1,0 +1,92 @@
+"""Running commands with clear progress lines and failure messages."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+class TestbedError(RuntimeError):
+    """A step failed; the message says what, where, and what to do."""
+
+
+def say(msg: str) -> None:
+    print(f">> {msg}", flush=True)
+
+
+def warn(msg: str) -> None:
+    print(f"!! {msg}", file=sys.stderr, flush=True)
+
+
+def run(
+    cmd: Sequence[str],
+    *,
+    what: str,
+    fix: str = "",
+    log: Path | None = None,
+    check: bool = True,
+    capture: bool = False,
+    input_text: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run cmd; on failure raise TestbedError naming `what`, the command, its tail, and `fix`."""
+    cmd = [str(c) for c in cmd]
+    try:
+        if log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a") as fh:
+                fh.write(f"\n$ {shlex.join(cmd)}\n")
+                fh.flush()
+                proc = subprocess.run(
+                    cmd,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                    input=input_text,
+                    env=env,
+                    timeout=timeout,
+                    check=False,
+                )
+        else:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                input=input_text,
+                env=env,
+                timeout=timeout,
+                check=False,
+            )
+    except FileNotFoundError as exc:
+        raise TestbedError(
+            f"{what}: command not found: {cmd[0]}. Run `make testbed-deps` (as root)."
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise TestbedError(f"{what}: timed out after {timeout}s: {shlex.join(cmd)}. {fix}") from exc
+    if check and proc.returncode != 0:
+        if log is not None:
+            tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-25:])
+        else:
+            tail = ((proc.stdout or "") + (proc.stderr or ""))[-3000:]
+        raise TestbedError(
+            f"{what} failed (exit {proc.returncode}): {shlex.join(cmd)}\n"
+            f"--- last output{f' (full log: {log})' if log else ''} ---\n{tail.rstrip()}\n"
+            + (f"--- what to do: {fix}" if fix else "")
+        )
+    if capture or log is None:
+        return proc
+    return proc
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.25) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
