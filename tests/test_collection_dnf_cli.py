@@ -389,3 +389,13 @@ def test_module_through_ansible_is_idempotent_and_check_mode_safe(tmp_path: Path
     assert res.returncode == 0, res.stdout + res.stderr
     calls = read_state(state_path)["calls"]
     assert sum(1 for c in calls if "switch-to" in c) == 1
+
+
+@pytest.mark.parametrize(
+    ("pattern", "hit"),
+    [("nvidia-open-580.*", True), ("nvidia-open", True), ("nvidia-open-575.*", False),
+     ("nvidia-open-580.95.05-1.el10", True), ("nvidia-*.x86_64", True), ("nvidia", False)],
+)
+def test_glob_matches_like_dnf(pattern: str, hit: bool) -> None:
+    """rpm -qa PATTERN matches names only; versioned globs must still find the package."""
+    assert D.glob_matches("nvidia-open-3:580.95.05-1.el10.x86_64", pattern) is hit

@@ -613,6 +613,9 @@ def inventory_hosts(nodes: list[Node], key_file: str, known_hosts_file: str) -> 
             "ansible_host": n.address,
             "gpufleet_cluster_address": n.address,
             "testbed_el_release": n.release.pretty_name,
+            # Mirror URLs below use this, not a fact: they are read before facts exist
+            # (python_bootstrap runs with gather_facts off).
+            "testbed_el_major": n.release.major,
         }
     return {
         "all": {
@@ -645,14 +648,17 @@ def inventory_group_vars(m: MirrorInfo) -> dict[str, Any]:
         "gpufleet_cuda_repo_baseurl": f"{m.url}/cuda",
         "gpufleet_cuda_repo_gpgkey_url": "",  # per EL major, see below
         "gpufleet_cuda_repo_gpgkey_fingerprint": m.fingerprint,
-        "gpufleet_epel_baseurl": f"{m.url}/epel/{{{{ ansible_distribution_major_version }}}}",
+        "gpufleet_epel_baseurl": f"{m.url}/epel/{{{{ testbed_el_major }}}}",
         "gpufleet_epel_gpgkey_url": f"{m.url}/keys/RPM-GPG-KEY-gpufleet-testbed",
         "gpufleet_epel_gpgkey_fingerprint": m.fingerprint,
-        "gpufleet_base_repo_baseurl": f"{m.url}/base/{{{{ ansible_distribution_major_version }}}}",
+        "gpufleet_base_repo_baseurl": f"{m.url}/base/{{{{ testbed_el_major }}}}",
         "gpufleet_base_repo_gpgkey_url": f"{m.url}/keys/RPM-GPG-KEY-gpufleet-testbed",
         "gpufleet_pip_index_url": f"{m.url}/pypi/simple/",
         "gpufleet_pip_trusted_hosts": [m.bridge_address],
         "nvidia_driver_manage_crb": False,
+        # The nodes are Debian root filesystems without SELinux (docs/testbed.md); on a
+        # real EL node gpufleet requires enforcing and never changes it.
+        "cluster_network_require_selinux_enforcing": False,
     }
 
 
@@ -677,7 +683,7 @@ GROUP_VARS_HEADER = """\
 def group_vars_text(m: MirrorInfo) -> str:
     data = inventory_group_vars(m)
     data["gpufleet_cuda_repo_gpgkey_url"] = (
-        f"{m.url}/cuda/rhel{{{{ ansible_distribution_major_version }}}}/x86_64/{m.cuda_key_file}"
+        f"{m.url}/cuda/rhel{{{{ testbed_el_major }}}}/x86_64/{m.cuda_key_file}"
     )
     return GROUP_VARS_HEADER.format(url=m.url, fpr=m.fingerprint) + yaml.safe_dump(
         data, sort_keys=False, default_flow_style=False, width=72

@@ -46,14 +46,14 @@ def nvr(p: dict) -> str:
 
 
 def matches(p: dict, spec: str) -> bool:
-    """name, name-version(-release) with globs, or a provide (with relation)."""
+    """name, name-version(-release)(.arch) with globs, or a provide (with relation)."""
     m = REL.match(spec)
     if m:
         cap, _, ver = m.groups()
         return any(pr == f"{cap} = {ver}" for pr in p.get("provides", []))
     if spec.startswith("/"):
         return spec in p.get("files", [])
-    for cand in (p["name"], f"{p['name']}-{p['version']}", nvr(p)):
+    for cand in (p["name"], f"{p['name']}-{p['version']}", nvr(p), f"{nvr(p)}.{p['arch']}"):
         if fnmatch.fnmatchcase(cand, spec):
             return True
     return spec in p.get("provides", [])

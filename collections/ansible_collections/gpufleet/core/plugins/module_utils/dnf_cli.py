@@ -19,6 +19,7 @@ executables. Python 3.8 compatible.
 
 from __future__ import absolute_import, division, print_function
 
+import fnmatch
 import re
 
 __metaclass__ = type
@@ -56,6 +57,27 @@ def is_relation(spec):
 
 def is_glob(spec):
     return _GLOB.search(spec) is not None
+
+
+def split_nevra(entry):
+    """'nvidia-open-3:580.95.05-1.el10.x86_64' (RPM_QF) -> (name, version, release, arch)."""
+    ne, _, vra = entry.partition(":")
+    name = ne.rsplit("-", 1)[0]
+    vr, _, arch = vra.rpartition(".")
+    version, _, release = vr.rpartition("-")
+    return name, version, release, arch
+
+
+def glob_matches(entry, pattern):
+    name, version, release, arch = split_nevra(entry)
+    forms = (
+        name,
+        "%s-%s" % (name, version),
+        "%s-%s-%s" % (name, version, release),
+        "%s-%s-%s.%s" % (name, version, release, arch),
+        "%s.%s" % (name, arch),
+    )
+    return any(fnmatch.fnmatchcase(form, pattern) for form in forms)
 
 
 def parse_module_list(text, name):
@@ -116,8 +138,9 @@ class DnfCli:
     def installed(self, spec):
         """True when an installed package matches the name / NEVRA / glob / provide spec."""
         if is_glob(spec) and not is_relation(spec):
-            rc, out, _ = self._run([self.rpm, "-qa", spec])
-            return rc == 0 and bool(out.strip())
+            # `rpm -qa PATTERN` matches the name only (rpm 4.16+), so "nvidia-open-580.*" would
+            # never match; match like dnf does: name, name-version, -release, .arch.
+            return any(glob_matches(entry, spec) for entry in self.rpmdb())
         if not is_relation(spec) and not spec.startswith("/"):
             rc, _, _ = self._run([self.rpm, "-q", spec])
             if rc == 0:

@@ -161,7 +161,9 @@ def main():
     try:
         result = cli.run(module.params)
     except DnfCliError as exc:
-        module.fail_json(msg=exc.msg, commands=cli.commands, **exc.extra)
+        extra = dict(exc.extra)
+        extra["commands"] = [[os.path.basename(a[0])] + list(a[1:]) for a in cli.commands]
+        module.fail_json(msg=exc.msg, **extra)
     result["commands"] = [[os.path.basename(a[0])] + a[1:] for a in result["commands"]]
     module.exit_json(**result)
 
