@@ -30,8 +30,12 @@ $(SETUP_STAMP): requirements/controller.txt requirements/constraints.txt pyproje
 	@touch $@
 
 .PHONY: test
-test: setup ## run the project's own tests (unit, role rendering, CPU smoke tests)
-	$(BIN)/python -m pytest tests
+test: setup ## run the project's own tests (unit, roles, CPU smoke tests; not the testbed)
+	$(BIN)/python -m pytest tests -m "not testbed"
+
+.PHONY: e2e
+e2e: setup testbed-deps ## as root: testbed integration tests and the end-to-end demo (make demo, rerun changed=0, down)
+	$(BIN)/python -m pytest tests -m testbed
 
 .PHONY: lint
 PY_DIRS = $(wildcard src tests checks smoke_tests testbed collections)
@@ -157,3 +161,11 @@ testbed-status: setup ## show the testbed's bridge, mirror and nodes
 
 testbed-clean: setup ## testbed-down, then remove the cached base rootfs and wheels
 	$(TBCTL) clean
+
+# --- demo ---
+.PHONY: demo
+demo: setup ## the main job on the built-in simulated cluster (root): testbed-up, provision, verify
+	$(MAKE) --no-print-directory testbed-up NODES=$(NODES)
+	$(MAKE) --no-print-directory provision INVENTORY=testbed/inventory
+	$(MAKE) --no-print-directory verify INVENTORY=testbed/inventory
+	@echo ">> demo done: the cluster report is reports/latest/summary.md; make testbed-down removes the testbed"
