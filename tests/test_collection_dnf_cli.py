@@ -393,8 +393,14 @@ def test_module_through_ansible_is_idempotent_and_check_mode_safe(tmp_path: Path
 
 @pytest.mark.parametrize(
     ("pattern", "hit"),
-    [("nvidia-open-580.*", True), ("nvidia-open", True), ("nvidia-open-575.*", False),
-     ("nvidia-open-580.95.05-1.el10", True), ("nvidia-*.x86_64", True), ("nvidia", False)],
+    [
+        ("nvidia-open-580.*", True),
+        ("nvidia-open", True),
+        ("nvidia-open-575.*", False),
+        ("nvidia-open-580.95.05-1.el10", True),
+        ("nvidia-*.x86_64", True),
+        ("nvidia", False),
+    ],
 )
 def test_glob_matches_like_dnf(pattern: str, hit: bool) -> None:
     """rpm -qa PATTERN matches names only; versioned globs must still find the package."""

@@ -180,7 +180,7 @@ def test_sshd_config_listens_on_the_node_only() -> None:
 
 
 def test_hosts_file_lists_every_node_and_the_mirror() -> None:
-    from tbctl import nodes  # noqa: PLC0415
+    from tbctl import nodes
 
     text = nodes.hosts_file(config.make_nodes(3))
     assert "10.213.0.13 node3\n" in text
