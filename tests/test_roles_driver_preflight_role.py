@@ -63,8 +63,8 @@ def _play(tmp: Path, bindir: Path, state: Path, cases: dict[str, Any], out: Path
     osr = tmp / "os-release"
     osr.write_text(OS_RELEASE, encoding="utf-8")
     tasks: list[dict[str, Any]] = [{"name": "start", "ansible.builtin.set_fact": {"r": {}}}]
-    for cid, (vars_, _) in cases.items():
-        vars_ = dict(vars_)
+    for cid, (case_vars, _) in cases.items():
+        vars_ = dict(case_vars)
         kernel = vars_.pop("__test_kernel", KERNEL)
         tasks.append(
             {
