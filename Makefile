@@ -55,3 +55,76 @@ matrix: setup ## regenerate the support matrix in README.md from the compatibili
 lock: setup ## refresh requirements/constraints.txt from the current .venv
 	{ echo '# Full pin set for the controller venv (make setup). Regenerate with: make lock'; \
 	  $(BIN)/python -m pip freeze --exclude-editable | grep -v '^torch=='; } > requirements/constraints.txt
+
+# --- checks ---
+# Node health checks (checks/, docs/checks.md). REQUIRE_GPU= empty: manifest require_gpu,
+# else env GPUFLEET_REQUIRE_GPU, else false; REQUIRE_GPU=1 fails every GPU check without a
+# driver, REQUIRE_GPU=0 skips them. CHECKS_ARGS passes more options (--expected-gpus 8 ...).
+CHECKS_OUT  ?= reports/local
+REQUIRE_GPU ?=
+CHECKS_ARGS ?=
+BENCH_RUNS  ?= 5
+CHECKS_REQUIRE_OPT = $(if $(strip $(REQUIRE_GPU)),$(if $(filter 1 true yes on,$(REQUIRE_GPU)),--require-gpu,--no-require-gpu))
+
+.PHONY: check
+check: setup ## node health checks here (NVML, torch): $(CHECKS_OUT)/checks.{xml,json}; REQUIRE_GPU=1|0
+	@mkdir -p $(CHECKS_OUT)
+	PYTHONPATH=src $(BIN)/python -m pytest -c checks/pytest.ini checks -p no:cacheprovider \
+		--junitxml=$(CHECKS_OUT)/checks.xml --gpufleet-json=$(CHECKS_OUT)/checks.json \
+		$(CHECKS_REQUIRE_OPT) $(CHECKS_ARGS)
+
+.PHONY: bench-checks
+bench-checks: setup ## time the checks suite on the healthy 8-GPU recording (budget 10 s)
+	$(BIN)/python tests/bench_checks.py --runs $(BENCH_RUNS)
+
+# --- provision ---
+# The gpufleet wheel that torch_env copies to every node. SOURCE_DATE_EPOCH makes the
+# build reproducible, so an unchanged tree gives a byte-identical wheel and a rerun of
+# `make provision` changes nothing on the nodes.
+WHEEL_STAMP := dist/.gpufleet-wheel
+WHEEL_SOURCES := pyproject.toml $(shell find src -type f -not -path '*/__pycache__/*' 2>/dev/null)
+
+.PHONY: wheel
+wheel: $(WHEEL_STAMP) ## build dist/gpufleet-<version>-py3-none-any.whl (the one wheel torch_env installs)
+
+$(WHEEL_STAMP): $(SETUP_STAMP) $(WHEEL_SOURCES)
+	@mkdir -p dist
+	rm -f dist/gpufleet-*.whl
+	SOURCE_DATE_EPOCH=315532800 $(BIN)/python -m pip wheel --quiet --disable-pip-version-check \
+		--no-deps --no-build-isolation --wheel-dir dist .
+	@rm -rf build
+	@touch $@
+
+.PHONY: provision
+provision: setup wheel ## provision the nodes of $(INVENTORY): driver, toolkit, env, network
+	$(BIN)/ansible-playbook playbooks/provision.yml -i $(INVENTORY)
+
+.PHONY: syntax-check
+syntax-check: setup ## ansible-playbook --syntax-check of site.yml and the playbooks
+	$(BIN)/ansible-playbook --syntax-check -i $(INVENTORY) site.yml
+	$(BIN)/ansible-playbook --syntax-check -i $(INVENTORY) playbooks/provision.yml
+
+# --- verify ---
+# make verify: node checks, port pre-check, torchrun smoke runs and the cluster all-reduce
+# on every node of $(INVENTORY), then the report under reports/<run-id>/ (reports/latest).
+# Exit 1 when the report has a failure. make smoke: the single-node suite here, with .venv.
+SMOKE_ARGS ?=
+VERIFY_ARGS ?=
+RUN_ID ?= $(shell date -u +%Y%m%dT%H%M%SZ)
+
+.PHONY: verify
+verify: setup ## verify the nodes of INVENTORY (checks, pre-check, torchrun, report); exit 1 on failure
+	@rc=0; $(BIN)/ansible-playbook playbooks/verify.yml -i $(INVENTORY) \
+		-e verify_run_id=$(RUN_ID) $(VERIFY_ARGS) || rc=$$?; \
+	summary=reports/$(RUN_ID)/summary.json; \
+	if [ ! -f $$summary ]; then \
+	  echo ">> no report for run $(RUN_ID): the playbook stopped before the report step (rc=$$rc)"; exit 1; fi; \
+	status=$$($(BIN)/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"])' $$summary); \
+	echo ">> report: $(CURDIR)/reports/$(RUN_ID)/summary.md (summary.json, bandwidth.png; reports/latest): $$status"; \
+	if [ "$$status" != pass ] || [ $$rc -ne 0 ]; then exit 1; fi
+
+.PHONY: smoke
+smoke: setup ## run the single-node smoke suite here (CPU: 2 gloo ranks) into reports/smoke-local/
+	@mkdir -p reports/smoke-local
+	PYTHONPATH=src $(BIN)/python -m pytest smoke_tests/ -p no:cacheprovider \
+		--gpufleet-json=reports/smoke-local/smoke.json --junitxml=reports/smoke-local/smoke.xml $(SMOKE_ARGS)

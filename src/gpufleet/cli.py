@@ -18,7 +18,7 @@ from gpufleet import __version__
 from gpufleet.errors import GpufleetError
 
 # Sub-command modules, imported lazily so that `gpufleet plan` never imports torch or NVML.
-COMMANDS: tuple[str, ...] = ("plan", "matrix")
+COMMANDS: tuple[str, ...] = ("plan", "matrix", "report", "probe")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,86 @@
+"""torch_env filters: the torch build to install, mirror URL checks, manifest merge.
+
+Thin adapters over :mod:`gpufleet.nodeenv` (imported from the controller venv that
+``make setup`` builds); errors become ``AnsibleFilterError`` naming the variable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from gpufleet import nodeenv
+except ImportError as exc:  # pragma: no cover - depends on the controller environment
+    raise AnsibleFilterError(
+        "the gpufleet.core filters need the gpufleet package on the controller; "
+        "run `make setup` and use .venv/bin/ansible-playbook"
+    ) from exc
+
+
+def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (nodeenv.EnvConfigError, ValueError, TypeError) as exc:
+            raise AnsibleFilterError(str(exc)) from exc
+
+    inner.__name__ = func.__name__
+    inner.__doc__ = func.__doc__
+    return inner
+
+
+def torch_wheel(
+    plan: Mapping[str, Any],
+    variant: str = "",
+    index_root: str = nodeenv.DEFAULT_PYTORCH_INDEX_ROOT,
+) -> dict[str, str]:
+    """``gpufleet_plan | gpufleet.core.torch_wheel(variant)`` -> {variant, index_url, ...}."""
+    return nodeenv.torch_wheel(plan, variant, index_root).as_dict()
+
+
+def check_url(url: str, name: str, allow_path: bool = False) -> bool:
+    """``url | gpufleet.core.check_url('var_name')`` -> True, or an error naming var_name.
+
+    Returns a boolean so that it can stand in an ``assert`` (ansible-core 2.19 requires
+    conditionals to be booleans).
+    """
+    nodeenv.check_url(url, name=name, allow_path=allow_path)
+    return True
+
+
+def has_credentials(url: str) -> bool:
+    """``url | gpufleet.core.has_credentials`` -> True when it carries user:password@."""
+    return nodeenv.has_credentials(url)
+
+
+def redact_url(url: str) -> str:
+    """``url | gpufleet.core.redact_url`` -> url with credentials replaced by ***."""
+    return nodeenv.redact_url(url)
+
+
+def untrusted_http_hosts(urls: Iterable[str], trusted: Iterable[str]) -> list[str]:
+    """``urls | gpufleet.core.untrusted_http_hosts(trusted)`` -> plain-HTTP hosts to trust."""
+    return nodeenv.untrusted_http_hosts(urls, trusted)
+
+
+def manifest_merge(existing: object, updates: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """``old | gpufleet.core.manifest_merge(updates, now)`` -> manifest to write."""
+    return nodeenv.merge_manifest(existing, updates, now)
+
+
+class FilterModule:
+    """gpufleet.core torch_env filters."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        funcs = (
+            torch_wheel,
+            check_url,
+            has_credentials,
+            redact_url,
+            untrusted_http_hosts,
+            manifest_merge,
+        )
+        return {f.__name__: _wrap(f) for f in funcs}

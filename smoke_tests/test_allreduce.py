@@ -1,0 +1,96 @@
+"""All-reduce on all local ranks: exact correctness and a bandwidth sweep (nccl-tests formulas)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from conftest import Launch, Mode, Smoke, Torchrun
+from gpufleet import bench
+from gpufleet.results import BandwidthRow
+
+REMEDY = (
+    "NCCL_DEBUG=INFO python -m torch.distributed.run --nproc-per-node N "
+    "-m gpufleet.workers.allreduce --out-dir /tmp/ar; check nvidia-smi topo -m"
+)
+
+
+@pytest.fixture(scope="module")
+def ar_run(
+    request: pytest.FixtureRequest, mode: Mode, tmp_path_factory: pytest.TempPathFactory
+) -> Launch:
+    cfg = request.config
+    args: list[str] = []
+    sizes = cfg.getoption("--sizes") or (
+        bench.DEFAULT_GPU_SIZES if mode.mode == "gpu" else bench.DEFAULT_CPU_SIZES
+    )
+    args += ["--sizes", sizes]
+    if cfg.getoption("--iters"):
+        args += ["--iters", str(cfg.getoption("--iters"))]
+    if cfg.getoption("--warmup"):
+        args += ["--warmup", str(cfg.getoption("--warmup"))]
+    if cfg.getoption("--busbw-min"):
+        args += ["--busbw-min", str(cfg.getoption("--busbw-min"))]
+    if cfg.getoption("--bandwidth-table"):
+        args += ["--bandwidth-table", str(cfg.getoption("--bandwidth-table"))]
+    return Torchrun(cfg, mode, tmp_path_factory.mktemp("allreduce"))("allreduce", *args)
+
+
+def _rows(run: Launch) -> list[BandwidthRow]:
+    r0 = next(r for r in run.ranks if r["rank"] == 0)
+    return [BandwidthRow(**row) for row in r0["rows"]]
+
+
+@pytest.mark.torchrun
+def test_allreduce_sum_exact(ar_run: Launch, mode: Mode, smoke: Smoke) -> None:
+    smoke.note(remedy=REMEDY)
+    assert not ar_run.timed_out, ar_run.explain()
+    assert len(ar_run.ranks) == mode.nproc, ar_run.explain()
+    assert ar_run.leftovers == []
+    for r in ar_run.ranks:
+        assert r.get("error") is None, ar_run.explain()
+        assert r["wrong"] == 0, f"rank {r['rank']}: {r['wrong']} wrong elements"
+        assert r["expected_sum"] == mode.nproc * (mode.nproc + 1) // 2
+    wrong_in_sweep = sum(row.wrong for row in _rows(ar_run))
+    assert wrong_in_sweep == 0, f"{wrong_in_sweep} wrong elements during the sweep"
+    smoke.note(
+        value=0, threshold=0, message=f"sum of rank+1 over {mode.nproc} ranks exact at every size"
+    )
+
+
+@pytest.mark.torchrun
+def test_allreduce_bandwidth(ar_run: Launch, mode: Mode, smoke: Smoke) -> None:
+    smoke.note(remedy=REMEDY)
+    assert ar_run.ranks, ar_run.explain()
+    rows = _rows(ar_run)
+    assert rows, ar_run.explain()
+    smoke.bandwidth(rows)
+    n = mode.nproc
+    factor = bench.busbw_factor(n)
+    for row in rows:
+        assert row.world_size == n
+        assert row.backend == mode.backend
+        assert row.time_us > 0
+        assert math.isfinite(row.time_us)
+        assert row.algbw == pytest.approx(
+            row.size_bytes / (row.time_us * 1e-6) / 1e9, rel=1e-3, abs=1e-4
+        )
+        assert row.busbw == pytest.approx(row.algbw * factor, rel=1e-3, abs=1e-4)
+        assert row.count * bench.DTYPE_SIZES[row.dtype] == row.size_bytes
+    r0 = next(r for r in ar_run.ranks if r["rank"] == 0)
+    gate = r0["gate"]
+    smoke.meta(
+        busbw_factor=factor,
+        threshold=r0["threshold"],
+        threshold_source=r0["threshold_source"],
+        time="max over ranks of the per-iteration mean",
+    )
+    smoke.note(
+        value=gate["value"],
+        threshold=gate["threshold"],
+        message=gate["message"],
+        remedy=gate["remedy"] or REMEDY,
+    )
+    assert gate["status"] != "fail", gate["message"]
+    assert ar_run.rc == 0, ar_run.explain()

@@ -1,0 +1,120 @@
+"""nn.DataParallel over all visible GPUs (single process).
+
+Outputs and gradients must match a single-device run; per-GPU memory is read from NVML
+(nvidia-ml-py) after the step, falling back to torch.cuda.memory_allocated, and the GPU-0
+imbalance (DataParallel gathers outputs and loss on device_ids[0]) is reported.
+On CPU nodes the GPU test is skipped: DataParallel needs CUDA devices. What still runs on
+CPU is the pass-through: without CUDA, DataParallel calls the module directly, so its output
+and gradients must be exactly those of the module.
+"""
+
+# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from conftest import Mode, Smoke
+
+REMEDY = "check every GPU is visible (nvidia-smi -L, CUDA_VISIBLE_DEVICES) and run checks/"
+
+
+def gpu_memory_used() -> tuple[list[int], str]:
+    """Bytes used per visible GPU: NVML if it answers, else torch's allocator view."""
+    import torch
+
+    n = torch.cuda.device_count()
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            used = []
+            for i in range(n):
+                props = torch.cuda.get_device_properties(i)
+                dom, bus, dev = (
+                    getattr(props, f"pci_{k}_id", None) for k in ("domain", "bus", "device")
+                )
+                # CUDA and NVML may order GPUs differently: match by PCI address when known
+                h = (
+                    pynvml.nvmlDeviceGetHandleByPciBusId(f"{dom:08x}:{bus:02x}:{dev:02x}.0")
+                    if None not in (dom, bus, dev)
+                    else pynvml.nvmlDeviceGetHandleByIndex(i)
+                )
+                used.append(int(pynvml.nvmlDeviceGetMemoryInfo(h).used))
+            return used, "nvml"
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return [
+            int(torch.cuda.memory_allocated(i)) for i in range(n)
+        ], "torch.cuda.memory_allocated"
+
+
+def _model(seed: int = 0) -> Any:
+    import torch
+
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4))
+
+
+@pytest.mark.gpu
+def test_dataparallel_matches_single_device(mode: Mode, smoke: Smoke) -> None:
+    import torch
+
+    smoke.note(remedy=REMEDY)
+    if mode.mode != "gpu":
+        pytest.skip("DataParallel needs CUDA devices (CPU node: pass-through test runs instead)")
+    n = torch.cuda.device_count()
+    x = torch.randn(64 * n, 32)
+    ref = _model().to("cuda:0")
+    ref_out = ref(x.to("cuda:0"))
+    ref_out.square().mean().backward()
+
+    dp_module = _model().to("cuda:0")
+    dp = torch.nn.DataParallel(dp_module, device_ids=list(range(n)))
+    out = dp(x.to("cuda:0"))
+    out.square().mean().backward()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, ref_out, rtol=1e-4, atol=1e-5)
+    for a, b in zip(dp_module.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
+
+    used, source = gpu_memory_used()
+    rest = used[1:]
+    imbalance = used[0] / (sum(rest) / len(rest)) if rest and sum(rest) else None
+    smoke.meta(dataparallel_memory_bytes=used, dataparallel_memory_source=source)
+    smoke.note(
+        value=round(imbalance, 3) if imbalance else None,
+        message=(
+            f"{n} GPU(s): outputs/grads match single device; memory used per GPU ({source}): "
+            + ", ".join(f"{u / 2**20:.0f} MiB" for u in used)
+            + (
+                f"; GPU-0 / mean(others) = {imbalance:.2f} (DataParallel gathers on GPU 0; "
+                "prefer DDP)"
+                if imbalance
+                else "; one GPU: no imbalance to report"
+            )
+        ),
+    )
+
+
+def test_dataparallel_cpu_passthrough(mode: Mode, smoke: Smoke) -> None:
+    import torch
+
+    if mode.mode == "gpu":
+        pytest.skip("GPU node: the multi-GPU DataParallel test covers this")
+    x = torch.randn(16, 32)
+    ref = _model()
+    ref(x).square().mean().backward()
+    module = _model()
+    dp = torch.nn.DataParallel(module)
+    assert dp.device_ids == [], "DataParallel found CUDA devices on a CPU node"
+    out = dp(x)
+    out.square().mean().backward()
+    assert torch.equal(out, ref(x))
+    for a, b in zip(module.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a.grad, b.grad)
+    smoke.note(message="no CUDA: DataParallel is a pass-through; output and grads identical")

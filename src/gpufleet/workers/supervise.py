@@ -1,0 +1,164 @@
+"""Run a command (torchrun) in its own process group under a hard timeout.
+
+    python -m gpufleet.workers.supervise --timeout 300 --pidfile run.pid --log run.log \\
+        -- python -m torch.distributed.run ... -m gpufleet.workers.allreduce ...
+
+- the child is started with ``start_new_session`` (its own session and process group);
+  its PID (= PGID) is written to ``--pidfile`` so a cleanup task can kill exactly that
+  group later (``kill -- -PGID``) and nothing else;
+- on timeout the whole group gets SIGTERM, then SIGKILL after ``--grace`` seconds, and the
+  exit code is 124 (as coreutils ``timeout``);
+- after the child exits, any process still in the group is killed (leftover ranks) and
+  reported; exit code is the child's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+EXIT_TIMEOUT = 124
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_group(pgid: int, grace: float) -> bool:
+    """SIGTERM then SIGKILL the group; True if something had to be killed."""
+    if not group_alive(pgid):
+        return False
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not group_alive(pgid):
+            return True
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    return True
+
+
+def read_env_file(path: str) -> dict[str, str]:
+    """KEY=VALUE lines (``export`` and quotes allowed, # comments), as in /etc/gpufleet/nccl.env."""
+    env: dict[str, str] = {}
+    p = Path(path)
+    if not p.is_file():
+        return env
+    for raw in p.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.removeprefix("export ").split("=", 1)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[key.strip()] = value
+    return env
+
+
+def run(
+    cmd: Sequence[str],
+    timeout: float,
+    *,
+    grace: float = 5.0,
+    pidfile: str = "",
+    log: str = "",
+    env_file: str = "",
+) -> tuple[int, bool, bool]:
+    """(exit code, timed_out, leftovers_killed)."""
+    out = open(log, "ab") if log else None  # noqa: SIM115 - closed below
+    env = dict(os.environ)
+    extra = read_env_file(env_file) if env_file else {}
+    env.update(extra)
+    try:
+        if out and extra:
+            out.write(f"supervise: environment from {env_file}: {sorted(extra)}\n".encode())
+            out.flush()
+        proc = subprocess.Popen(
+            list(cmd),
+            start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            env=env,
+        )
+        if pidfile:
+            Path(pidfile).write_text(f"{proc.pid}\n", encoding="utf-8")
+        timed_out = False
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_group(proc.pid, grace)
+            proc.wait()
+            rc = EXIT_TIMEOUT
+        leftovers = kill_group(proc.pid, grace)
+        return rc, timed_out, leftovers
+    finally:
+        if out:
+            out.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--timeout", type=float, required=True, help="hard limit, seconds")
+    p.add_argument("--grace", type=float, default=5.0, help="SIGTERM -> SIGKILL delay")
+    p.add_argument("--pidfile", default="")
+    p.add_argument("--log", default="")
+    p.add_argument(
+        "--env-file",
+        default="",
+        help="KEY=VALUE file added to the environment when it exists (/etc/gpufleet/nccl.env)",
+    )
+    p.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        p.error("no command given after --")
+    rc, timed_out, leftovers = run(
+        cmd,
+        args.timeout,
+        grace=args.grace,
+        pidfile=args.pidfile,
+        log=args.log,
+        env_file=args.env_file,
+    )
+    if timed_out:
+        msg = (
+            f"ERROR: {cmd[0]} ran past {args.timeout:g}s and was killed (process group "
+            "SIGTERM/SIGKILL); a peer is probably dead or unreachable"
+        )
+        if args.log:
+            with open(args.log, "a", encoding="utf-8") as fh:
+                fh.write(msg + "\n")
+        print(
+            f"ERROR: {cmd[0]} ran past {args.timeout:g}s and was killed (process group "
+            "SIGTERM/SIGKILL); a peer is probably dead or unreachable",
+            file=sys.stderr,
+        )
+    if leftovers:
+        print(
+            "WARNING: processes were left in the group after the launcher exited; killed",
+            file=sys.stderr,
+        )
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
