@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
-from roles_driver_helpers import FAKES, ansible_playbook, fake_pm, pkg, read_state
 
 from gpufleet.plan import PlanRequest, make_plan
+from roles_driver_helpers import FAKES, ansible_playbook, fake_pm, pkg, read_state
 
 
 @pytest.fixture(scope="module")
