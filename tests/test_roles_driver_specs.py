@@ -82,7 +82,7 @@ CASES: dict[str, tuple[str, dict[str, Any], list[str] | None]] = {
     "driver_repo_gpgcheck_bool": (
         "nvidia_driver",
         {"gpufleet_cuda_repo_repo_gpgcheck": "sure"},
-        ["gpufleet_cuda_repo_repo_gpgcheck", "bool"],
+        ["nvidia_driver_cuda_repo_repo_gpgcheck", "bool"],
     ),
     # nvidia_driver: checks after the spec (format, plan present)
     "driver_branch_format": (
@@ -121,7 +121,7 @@ CASES: dict[str, tuple[str, dict[str, Any], list[str] | None]] = {
     "preflight_allow_no_gpu_bool": (
         "preflight",
         {"gpufleet_allow_no_gpu": "perhaps"},
-        ["gpufleet_allow_no_gpu", "bool"],
+        ["preflight_allow_no_gpu", "bool"],
     ),
     "preflight_plan_driver_choice": (
         "preflight",
@@ -131,7 +131,7 @@ CASES: dict[str, tuple[str, dict[str, Any], list[str] | None]] = {
     "preflight_archs_type": (
         "preflight",
         {"gpufleet_gpu_archs": {"sm": 80}},
-        ["gpufleet_gpu_archs", "list"],
+        ["preflight_gpu_archs", "list"],
     ),
     # preflight on this (Debian) controller and on an EL7 os-release: refused with reasons
     "preflight_refuses_non_el": (
