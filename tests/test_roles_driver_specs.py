@@ -82,7 +82,7 @@ CASES: dict[str, tuple[str, dict[str, Any], list[str] | None]] = {
     "driver_repo_gpgcheck_bool": (
         "nvidia_driver",
         {"gpufleet_cuda_repo_repo_gpgcheck": "sure"},
-        ["gpufleet_cuda_repo_repo_gpgcheck", "bool"],
+        ["nvidia_driver_cuda_repo_repo_gpgcheck", "bool"],
     ),
     # nvidia_driver: checks after the spec (format, plan present)
     "driver_branch_format": (
@@ -121,7 +121,7 @@ CASES: dict[str, tuple[str, dict[str, Any], list[str] | None]] = {
     "preflight_allow_no_gpu_bool": (
         "preflight",
         {"gpufleet_allow_no_gpu": "perhaps"},
-        ["gpufleet_allow_no_gpu", "bool"],
+        ["preflight_allow_no_gpu", "bool"],
     ),
     "preflight_plan_driver_choice": (
         "preflight",
@@ -131,7 +131,7 @@ CASES: dict[str, tuple[str, dict[str, Any], list[str] | None]] = {
     "preflight_archs_type": (
         "preflight",
         {"gpufleet_gpu_archs": {"sm": 80}},
-        ["gpufleet_gpu_archs", "list"],
+        ["preflight_gpu_archs", "list"],
     ),
     # preflight on this (Debian) controller and on an EL7 os-release: refused with reasons
     "preflight_refuses_non_el": (
@@ -175,14 +175,32 @@ CASES: dict[str, tuple[str, dict[str, Any], list[str] | None]] = {
         {"python_bootstrap_install": "maybe"},
         ["python_bootstrap_install", "bool"],
     ),
-    "bootstrap_non_el_untouched": ("python_bootstrap", {}, None),
+    "bootstrap_refuses_non_el": (
+        "python_bootstrap",
+        {},
+        ["localhost:", "not Enterprise Linux", "[ansible_distribution]"],
+    ),
+    "bootstrap_refuses_el7_with_planner_answer": (
+        "python_bootstrap",
+        {"python_bootstrap_os_release_file": "__EL7__"},
+        ["end of life", "torch==2.6.0", "[gpufleet_torch_version]"],
+    ),
+    "bootstrap_non_el_untouched_on_request": (
+        "python_bootstrap",
+        {"python_bootstrap_refuse_unsupported": False},
+        None,
+    ),
 }
 
 
 def _play(out: Path) -> list[dict[str, Any]]:
+    el7 = out.parent / "os-release-el7"
+    el7.write_text('NAME="CentOS Linux"\nID="centos"\nVERSION_ID="7"\n', encoding="utf-8")
     tasks: list[dict[str, Any]] = [{"name": "start", "ansible.builtin.set_fact": {"r": {}}}]
     for cid, (role, vars_, _) in CASES.items():
         role_vars = {"gpufleet_plan": PLAN, **vars_}
+        if role_vars.get("python_bootstrap_os_release_file") == "__EL7__":
+            role_vars["python_bootstrap_os_release_file"] = str(el7)
         if role_vars["gpufleet_plan"] is None:
             del role_vars["gpufleet_plan"]
         tasks.append(

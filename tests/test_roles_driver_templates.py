@@ -170,5 +170,6 @@ def test_profile_script_can_leave_ld_library_path_alone(rendered: Path) -> None:
 
 def test_default_fingerprint_is_nvidias_d42d0685_key() -> None:
     defaults = yaml.safe_load((REPO / "roles/nvidia_driver/defaults/main.yml").read_text())
-    fpr = defaults["gpufleet_cuda_repo_gpgkey_fingerprint"]
-    assert fpr == NVIDIA_FPR and fpr.endswith("D42D0685") and len(fpr) == 40
+    fpr = defaults["nvidia_driver_cuda_repo_gpgkey_fingerprint"]
+    assert f"default('{NVIDIA_FPR}')" in fpr  # fed by gpufleet_cuda_repo_gpgkey_fingerprint
+    assert NVIDIA_FPR.endswith("D42D0685") and len(NVIDIA_FPR) == 40

@@ -258,6 +258,17 @@ def dnf(args: list[str]) -> int:
         save(state)
         print("Complete!" if len(state["installed"]) < before else "Nothing to do.")
         return 0
+    if cmd == "repoquery":
+        specs = (
+            [a for a in args[args.index("--whatprovides") + 1 :] if not a.startswith("-")]
+            if "--whatprovides" in args
+            else rest
+        )
+        for spec in specs:
+            for p in state["available"]:
+                if matches(p, spec):
+                    print(nevra(p))
+        return 0
     if cmd == "check-update":
         for spec in rest:
             inst = [p for p in state["installed"] if matches(p, spec)]
