@@ -34,6 +34,8 @@ all:
     verify_report_dir: {reports}
     verify_cpu_nproc: 2
     verify_run_smoke: false
+    gpufleet_require_gpu: false
+    gpufleet_allow_no_gpu: true
     verify_sizes: 4K,256K
     verify_iters: 5
     verify_probe_retries: 1
