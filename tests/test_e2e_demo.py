@@ -2,7 +2,8 @@
 `make provision` that must change nothing, then `make testbed-down`.
 
 Needs root and the testbed tools (`make testbed-deps`); runs in `make e2e` and in CI. Phase
-times are printed (`-s`) and recorded in docs/performance.md, never asserted.
+times are written to reports/e2e-timings.json (and printed with `-s`), never asserted;
+docs/performance.md records them.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ RECAP = re.compile(
 )
 
 
+TIMINGS: dict[str, float] = {}
+
+
 def make(*args: str, timeout: float = 2400) -> tuple[subprocess.CompletedProcess[str], float]:
     start = time.monotonic()
     proc = subprocess.run(
@@ -50,6 +54,10 @@ def make(*args: str, timeout: float = 2400) -> tuple[subprocess.CompletedProcess
     )
     took = time.monotonic() - start
     print(f"\n[e2e] make {' '.join(args)}: rc={proc.returncode} in {took:.0f} s")
+    TIMINGS[" ".join(args)] = round(took, 1)
+    out = REPO / "reports" / "e2e-timings.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(TIMINGS, indent=2) + "\n")
     return proc, took
 
 
