@@ -377,3 +377,38 @@ def test_manifest_gpus_expected_string(tmp_path: Path) -> None:
     rec = run.find("gpu_count")
     assert rec["status"] == "fail"
     assert "expected 7" in rec["message"]
+
+
+def test_real_h200_recording_passes(tmp_path: Path) -> None:
+    """The NVML recording taken on a real H200 (docs/gpu-validation.md) replays clean, with a
+    manifest the planner makes for what was installed there."""
+    from gpufleet.plan import PlanRequest, make_plan
+
+    plan = make_plan(
+        PlanRequest(torch="2.11.0", variant="cu130", driver="580.159.04", gpu_archs=("sm_90",))
+    )
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(
+        json.dumps(
+            {
+                "schema": 1,
+                "node": "h200",
+                "plan": plan.to_dict(),
+                "env_wheel_variant": "cu130",
+                "gpus_expected": 1,
+                "require_gpu": True,
+            }
+        )
+    )
+    run = run_suite(
+        tmp_path,
+        f"--nvml-recording={RECORDINGS}/real-h200x1.json",
+        f"--gpufleet-manifest={manifest}",
+        "--no-pcie-load",
+    )
+    _assert_only(run, [])
+    st = run.statuses()
+    for name in ("driver_version", "cuda_driver_version", "torch_cuda_version", "nccl_version"):
+        assert st[(name, None)] == "pass", name
+    for name in ("persistence_mode", "pcie_link", "row_remap", "torch_arch_list"):
+        assert st[(name, 0)] == "pass", name
