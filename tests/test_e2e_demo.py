@@ -27,6 +27,9 @@ from tbctl import config, nodes  # noqa: E402
 pytestmark = [
     pytest.mark.testbed,
     pytest.mark.slow,
+    # cold: debootstrap + mirror + 3 first provisions + verify + rerun; pyproject's 600 s
+    # default is for ordinary tests
+    pytest.mark.timeout(3600),
     pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (namespaces, mounts)"),
     pytest.mark.skipif(
         shutil.which("debootstrap") is None or shutil.which("rpmbuild") is None,

@@ -40,6 +40,7 @@ _missing = [t for t in NEEDED if shutil.which(t) is None]
 pytestmark = [
     pytest.mark.testbed,
     pytest.mark.slow,
+    pytest.mark.timeout(1800),  # the first `up` may build the base rootfs (debootstrap)
     pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (namespaces, mounts)"),
     pytest.mark.skipif(
         bool(_missing), reason=f"testbed tools missing: {_missing}; run `make testbed-deps`"
