@@ -46,6 +46,7 @@ lint: setup ## ansible-lint (production profile), yamllint, ruff, mypy, syntax c
 	$(BIN)/mypy
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production
+	$(BIN)/ansible-playbook --syntax-check -i $(INVENTORY) site.yml
 
 .PHONY: plan
 plan: setup ## example: plan torch 2.11.0 for a node whose driver is 570.86.15
