@@ -11,27 +11,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
+    as_filters,
+    import_gpufleet,
+)
 
-try:
-    from gpufleet import netcfg
-except ImportError as exc:  # pragma: no cover - depends on the controller environment
-    raise AnsibleFilterError(
-        "the gpufleet.core filters need the gpufleet package on the controller; "
-        "run `make setup` and use .venv/bin/ansible-playbook"
-    ) from exc
-
-
-def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:
-    def inner(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except (netcfg.NetConfigError, ValueError, TypeError) as exc:
-            raise AnsibleFilterError(str(exc)) from exc
-
-    inner.__name__ = func.__name__
-    inner.__doc__ = func.__doc__
-    return inner
+netcfg = import_gpufleet("netcfg")
 
 
 def cidr(value: str, name: str = "gpufleet_cluster_cidr") -> str:
@@ -104,4 +89,4 @@ class FilterModule:
             env_file_lines,
             peer_addresses,
         )
-        return {f.__name__: _wrap(f) for f in funcs}
+        return as_filters(funcs, (netcfg.NetConfigError, ValueError, TypeError))

@@ -9,27 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ansible.errors import AnsibleFilterError
+from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
+    as_filters,
+    import_gpufleet,
+)
 
-try:
-    from gpufleet import nodeenv
-except ImportError as exc:  # pragma: no cover - depends on the controller environment
-    raise AnsibleFilterError(
-        "the gpufleet.core filters need the gpufleet package on the controller; "
-        "run `make setup` and use .venv/bin/ansible-playbook"
-    ) from exc
-
-
-def _wrap(func: Callable[..., Any]) -> Callable[..., Any]:
-    def inner(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except (nodeenv.EnvConfigError, ValueError, TypeError) as exc:
-            raise AnsibleFilterError(str(exc)) from exc
-
-    inner.__name__ = func.__name__
-    inner.__doc__ = func.__doc__
-    return inner
+nodeenv = import_gpufleet("nodeenv")
 
 
 def torch_wheel(
@@ -83,4 +68,4 @@ class FilterModule:
             untrusted_http_hosts,
             manifest_merge,
         )
-        return {f.__name__: _wrap(f) for f in funcs}
+        return as_filters(funcs, (nodeenv.EnvConfigError, ValueError, TypeError))

@@ -1,0 +1,45 @@
+"""Shared by the gpufleet.core filter plugins (controller side only).
+
+The filters are thin adapters over the gpufleet package installed in the controller venv
+(`make setup`): import it with a message that says how to get it, and turn its input errors
+into AnsibleFilterError so the task fails with the text that names the variable to fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+
+
+def import_gpufleet(name: str) -> ModuleType:
+    """`gpufleet.<name>`, or an AnsibleFilterError telling the user to run `make setup`."""
+    try:
+        return importlib.import_module(f"gpufleet.{name}")
+    except ImportError as exc:  # pragma: no cover - depends on the controller environment
+        raise AnsibleFilterError(
+            "the gpufleet.core filters need the gpufleet package on the controller; "
+            "run `make setup` and use .venv/bin/ansible-playbook"
+        ) from exc
+
+
+def as_filters(
+    funcs: Iterable[Callable[..., Any]], errors: tuple[type[BaseException], ...]
+) -> dict[str, Callable[..., Any]]:
+    """{name: func} with `errors` re-raised as AnsibleFilterError (message kept)."""
+
+    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
+        def inner(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return func(*args, **kwargs)
+            except errors as exc:
+                raise AnsibleFilterError(str(exc)) from exc
+
+        inner.__name__ = func.__name__
+        inner.__doc__ = func.__doc__
+        return inner
+
+    return {f.__name__: wrap(f) for f in funcs}
