@@ -107,3 +107,31 @@ def ansible_playbook(
         timeout=timeout,
         check=False,
     )
+
+
+def write_role_play(
+    play: Path,
+    role: str,
+    facts: dict[str, Any],
+    role_vars: dict[str, Any],
+    bindir: Path,
+    state: Path,
+) -> Path:
+    """A play on localhost that looks like an EL node (``facts``), runs with the scripted
+    dnf/rpm of ``bindir`` first on PATH, and includes ``role`` with ``role_vars``."""
+    import yaml
+
+    tasks = [
+        {"name": "look like EL", "gpufleet_test_facts": {"facts": facts}},
+        {"name": role, "ansible.builtin.include_role": {"name": role}, "vars": role_vars},
+    ]
+    doc = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "environment": {"PATH": f"{bindir}:{os.environ['PATH']}", "FAKE_PM_STATE": str(state)},
+            "tasks": tasks,
+        }
+    ]
+    play.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return play

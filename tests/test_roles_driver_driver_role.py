@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpufleet.plan import PlanRequest, make_plan
-from roles_driver_helpers import FAKES, ansible_playbook, fake_pm, pkg, read_state
+from roles_driver_helpers import FAKES, ansible_playbook, fake_pm, pkg, read_state, write_role_play
 
 KERNELS = {8: "4.18.0-553.el8_10.x86_64", 9: "5.14.0-503.el9.x86_64"}
 
@@ -130,30 +129,7 @@ def _run(
         "os_family": "RedHat",
     }
     play = tmp / f"play-el{el}.yml"
-    play.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "environment": {
-                        "PATH": f"{bindir}:{os.environ['PATH']}",
-                        "FAKE_PM_STATE": str(state),
-                    },
-                    "tasks": [
-                        {"name": "look like EL", "gpufleet_test_facts": {"facts": facts}},
-                        {
-                            "name": "driver",
-                            "ansible.builtin.include_role": {"name": "nvidia_driver"},
-                            "vars": role_vars,
-                        },
-                    ],
-                }
-            ],
-            sort_keys=False,
-        ),
-        encoding="utf-8",
-    )
+    write_role_play(play, "nvidia_driver", facts, role_vars, bindir, state)
     (tmp / "yum.repos.d").mkdir(exist_ok=True)
     (tmp / "modprobe.d").mkdir(exist_ok=True)
     env = {"PATH": f"{bindir}:{os.environ['PATH']}", "ANSIBLE_LIBRARY": str(FAKES / "library")}

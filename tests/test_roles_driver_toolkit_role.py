@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpufleet.plan import PlanRequest, make_plan
-from roles_driver_helpers import FAKES, ansible_playbook, fake_pm, pkg, read_state
+from roles_driver_helpers import FAKES, ansible_playbook, fake_pm, pkg, read_state, write_role_play
 
 
 @pytest.fixture(scope="module")
@@ -87,30 +86,7 @@ def _run(
         "kernel": "5.14.0-503.el9.x86_64",
     }
     play = tmp / "play.yml"
-    play.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "environment": {
-                        "PATH": f"{bindir}:{os.environ['PATH']}",
-                        "FAKE_PM_STATE": str(state),
-                    },
-                    "tasks": [
-                        {"name": "look like EL", "gpufleet_test_facts": {"facts": facts}},
-                        {
-                            "name": "toolkit",
-                            "ansible.builtin.include_role": {"name": "cuda_toolkit"},
-                            "vars": role_vars,
-                        },
-                    ],
-                }
-            ],
-            sort_keys=False,
-        ),
-        encoding="utf-8",
-    )
+    write_role_play(play, "cuda_toolkit", facts, role_vars, bindir, state)
     return ansible_playbook(
         play,
         env={"PATH": f"{bindir}:{os.environ['PATH']}", "ANSIBLE_LIBRARY": str(FAKES / "library")},
