@@ -145,7 +145,7 @@ def test_pair_analysis_names_the_node_common_to_failing_pairs(tmp_path: Path) ->
     (d / "run.json").write_text(json.dumps({"nodes": nodes, "pairs": pairs}))
     s = report.collect(d)
     assert s.suspects == ["c"]
-    assert "Pair reruns point at: c" in report.table(s)
+    assert "Node(s) at fault (pair reruns): c" in report.table(s)
 
 
 def test_report_subcommand_registers() -> None:
@@ -154,3 +154,41 @@ def test_report_subcommand_registers() -> None:
     args = p.parse_args(["report", "reports/x", "--no-plot"])
     assert args.func is report.run
     assert args.no_plot
+
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+def test_root_cause_names_the_rank_a_signal_killed() -> None:
+    # torchrun's own output on the testbed node whose rank was SIGKILLed (tests/test_faults.py)
+    cause = report.root_cause((LOGS / "torchrun-rank-sigkill.log").read_text())
+    assert cause == {
+        "host": "node2",
+        "time": "2026-11-30_18:10:36",
+        "rank": 3,
+        "local_rank": 1,
+        "exitcode": -9,
+        "signal": "SIGKILL",
+    }
+
+
+def test_root_cause_of_a_peer_that_failed_by_itself_has_no_signal() -> None:
+    cause = report.root_cause((LOGS / "torchrun-peer-gone.log").read_text())
+    assert cause["exitcode"] == 1 and "signal" not in cause
+    assert report.root_cause("no torchrun output here") == {}
+
+
+def test_a_signal_killed_rank_makes_its_node_the_suspect(tmp_path: Path) -> None:
+    run = tmp_path / "r1"
+    for node, log in (("node1", "torchrun-peer-gone.log"), ("node2", "torchrun-rank-sigkill.log")):
+        (run / node).mkdir(parents=True)
+        (run / node / "allreduce.log").write_text((LOGS / log).read_text())
+    (run / "run.json").write_text(
+        json.dumps({"run_id": "r1", "nodes": ["node1", "node2"], "expect": {}, "pairs": []})
+    )
+    s = report.collect(run)
+    assert s.suspects == ["node2"] and s.suspect_reason == "killed by a signal"
+    assert "Node(s) at fault (killed by a signal): node2" in report.table(s)
+    msgs = [r.message for r in s.nodes["node2"].records if r.name == "allreduce:signal"]
+    assert msgs and "killed by SIGKILL" in msgs[0]
+    assert not [r for r in s.nodes["node1"].records if r.name == "allreduce:signal"]

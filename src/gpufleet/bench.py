@@ -308,12 +308,14 @@ def run_sweep(
     iters: int,
     device: Any,
     backend: str,
+    progress: Callable[[BandwidthRow], None] | None = None,
 ) -> list[BandwidthRow]:
     """Time in-place all-reduce for each size on the default process group.
 
     Per size: check one all-reduce of the rank+1 pattern (``wrong``), then ``warmup``
     untimed and ``iters`` timed iterations on a zero buffer (values stay bounded).
     The reported time is the max over ranks of the local per-iteration mean.
+    ``progress`` is called with each row as soon as its size is done.
     """
     import torch
     import torch.distributed as dist
@@ -350,8 +352,9 @@ def run_sweep(
         t = float(tmax.item())
         if not math.isfinite(t) or t <= 0:
             t = 1e-9
-        rows.append(
-            make_row(count * DTYPE_SIZES[dtype], dtype, t, world, backend, wrong=int(wbuf.item()))
-        )
+        row = make_row(count * DTYPE_SIZES[dtype], dtype, t, world, backend, wrong=int(wbuf.item()))
+        rows.append(row)
+        if progress is not None:
+            progress(row)
         del buf
     return rows

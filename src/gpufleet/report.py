@@ -25,6 +25,8 @@ import argparse
 import datetime
 import json
 import os
+import re
+import signal
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -60,6 +62,7 @@ class Summary:
     run_info: dict[str, Any]
     nodes: dict[str, NodeResult]
     suspects: list[str] = field(default_factory=list)
+    suspect_reason: str = ""  # "pair reruns", "killed by a signal", "dropped out of the run"
     pair_results: list[dict[str, Any]] = field(default_factory=list)
 
     def rows(self) -> list[tuple[str, str, Record]]:
@@ -94,12 +97,47 @@ class Summary:
         return out
 
 
-def _log_tail(path: Path, lines: int = 12) -> str:
+def _read(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
-    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _log_tail(path: Path, lines: int = 12) -> str:
+    return "\n".join(_read(path).strip().splitlines()[-lines:])
+
+
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?time\s*:\s*(?P<time>\S+)"
+    r".*?host\s*:\s*(?P<host>\S+).*?rank\s*:\s*(?P<rank>\d+) \(local_rank: (?P<local>\d+)\)"
+    r".*?exitcode\s*:\s*(?P<code>-?\d+)",
+    re.S,
+)
+
+
+def root_cause(log_text: str) -> dict[str, Any]:
+    """torchrun's "Root Cause (first observed failure)" block of a launch log: rank,
+    local rank, host, time, exit code, and the signal name when a signal ended the rank
+    (exit code -N). Empty when the log has no such block."""
+    blocks = list(_ROOT_CAUSE.finditer(log_text))
+    if not blocks:
+        return {}
+    m = blocks[-1]  # torchrun prints one block per failed launch
+    code = int(m["code"])
+    out: dict[str, Any] = {
+        "host": m["host"],
+        "time": m["time"],
+        "rank": int(m["rank"]),
+        "local_rank": int(m["local"]),
+        "exitcode": code,
+    }
+    if code < 0:
+        try:
+            out["signal"] = signal.Signals(-code).name
+        except ValueError:
+            out["signal"] = f"signal {-code}"
+    return out
 
 
 def junit_records(path: Path, node: str) -> list[Record]:
@@ -199,11 +237,42 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
                     ),
                 )
             )
+        cause = root_cause(_read(d / "allreduce.log"))
+        if cause.get("signal"):
+            nr.records.append(
+                Record(
+                    name="allreduce:signal",
+                    status="fail",
+                    node=name,
+                    value=cause["signal"],
+                    message=(
+                        f"rank {cause['rank']} (local rank {cause['local_rank']}) on {name} was "
+                        f"killed by {cause['signal']} at {cause['time']}; the other nodes' "
+                        "ranks failed because this peer went away"
+                    ),
+                    remedy=(
+                        f"{cause['signal']} from outside the run: the kernel OOM killer "
+                        f"(journalctl -k / dmesg on {name}), a job scheduler or an operator; "
+                        "free memory or lower verify_sizes, then rerun make verify"
+                    ),
+                )
+            )
         nodes[name] = nr
     summary = Summary(
         run_id=str(info.get("run_id", run.name)), run_dir=run, run_info=info, nodes=nodes
     )
     _analyse_pairs(summary)
+    if summary.suspects:
+        summary.suspect_reason = "pair reruns"
+    else:  # no pair verdict: the nodes where a signal killed a rank, else dropped nodes
+        killed = sorted(
+            n for n, nr in nodes.items() if any(r.name == "allreduce:signal" for r in nr.records)
+        )
+        dropped = sorted(info.get("dropped", {}))
+        summary.suspects = killed or dropped
+        summary.suspect_reason = (
+            "killed by a signal" if killed else "dropped out of the run" if dropped else ""
+        )
     return summary
 
 
@@ -286,6 +355,7 @@ def to_json(s: Summary) -> dict[str, Any]:
         },
         "pairs": s.pair_results,
         "suspect_nodes": s.suspects,
+        "suspect_reason": s.suspect_reason,
     }
 
 
@@ -385,7 +455,7 @@ def table(s: Summary) -> str:
             if r.remedy:
                 lines.append(f"      -> {r.remedy}")
     if s.suspects:
-        lines += ["", "Pair reruns point at: " + ", ".join(s.suspects)]
+        lines += ["", f"Node(s) at fault ({s.suspect_reason}): " + ", ".join(s.suspects)]
         if s.pair_results and all(p["status"] == "fail" for p in s.pair_results):
             lines.append(
                 "  (every pair failed: not one bad node - look at what they share: the "
@@ -432,10 +502,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m gpufleet.report RUN_DIR`` (the same as ``gpufleet report RUN_DIR``).
 
     ``python -m gpufleet.report --pair-rounds N1 N2 ...`` prints the pair rounds as JSON
-    (used by playbooks/verify.yml)."""
+    and ``--root-cause LOG`` torchrun's root cause of a launch log as JSON (both used by
+    playbooks/verify.yml)."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["--pair-rounds"]:
         print(json.dumps(ring_pair_rounds(args_list[1:])))
+        return 0
+    if args_list[:1] == ["--root-cause"] and len(args_list) == 2:
+        print(json.dumps(root_cause(_read(Path(args_list[1])))))
         return 0
 
     p = argparse.ArgumentParser(

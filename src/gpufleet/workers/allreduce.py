@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from gpufleet import bench
-from gpufleet.results import Record, ResultFile
+from gpufleet.results import BandwidthRow, Record, ResultFile
 from gpufleet.workers.common import RankEnv, base_parser, run_worker
 
 
@@ -35,6 +35,19 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
     wrong_t = torch.tensor([wrong], dtype=torch.int64, device=device)
     dist.all_reduce(wrong_t)
     total_wrong = int(wrong_t.item())
+    tag = f"{args.kind} {args.result_node or socket.gethostname()} rank {env.rank}"
+
+    def progress(row: BandwidthRow) -> None:
+        # one line per size from each node's first rank: the supervise log shows how far
+        # the sweep got when a run is stopped
+        if env.local_rank == 0:
+            print(
+                f"{tag}: {bench.human_size(row.size_bytes)} done, busbw {row.busbw:g} GB/s",
+                flush=True,
+            )
+
+    if env.local_rank == 0:
+        print(f"{tag}: correctness {total_wrong} wrong; sweeping {args.sizes}", flush=True)
     rows = bench.run_sweep(
         bench.parse_sizes(args.sizes),
         dtype=args.dtype,
@@ -42,6 +55,7 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
         iters=args.iters,
         device=device,
         backend=backend,
+        progress=progress,
     )
     gpu = str(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     threshold = bench.lookup_threshold(
