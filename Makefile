@@ -35,7 +35,16 @@ test: setup ## run the project's own tests (unit, roles, CPU smoke tests; not th
 
 .PHONY: e2e
 e2e: setup testbed-deps ## as root: testbed integration tests and the end-to-end demo (make demo, rerun changed=0, down)
-	$(BIN)/python -m pytest tests -m testbed
+	$(BIN)/python -m pytest tests -m "testbed and not faults"
+
+.PHONY: faults
+faults: setup testbed-deps ## as root: fault injection on a fresh 3-node testbed (docs/reliability.md); reports/faults/
+	$(BIN)/python -m pytest tests -m faults
+
+.PHONY: bench
+BENCH_REPEATS ?= 2
+bench: setup testbed-deps ## as root: ratios on the 3-node testbed (verify overhead, fidelity, scale, detection); reports/bench/
+	$(BIN)/python tests/bench_cluster.py --repeats $(BENCH_REPEATS)
 
 .PHONY: lint
 PY_DIRS = $(wildcard src tests checks smoke_tests testbed collections)
@@ -116,6 +125,8 @@ syntax-check: setup ## ansible-playbook --syntax-check of site.yml and the playb
 SMOKE_ARGS ?=
 VERIFY_ARGS ?=
 RUN_ID ?= $(shell date -u +%Y%m%dT%H%M%SZ)
+# evaluated once: the recipe names the run several times and must not straddle a second
+RUN_ID := $(RUN_ID)
 
 .PHONY: verify
 verify: setup ## verify the nodes of INVENTORY (checks, pre-check, torchrun, report); exit 1 on failure

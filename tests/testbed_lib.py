@@ -1,0 +1,357 @@
+"""Shared helpers for the fault scenarios (tests/test_faults.py) and the cluster benchmark
+(tests/bench_cluster.py) on the simulated cluster: run make / ansible-playbook with timing,
+read PLAY RECAP, and inject faults inside a node's own namespaces (firewall rules, link
+state, processes) without going through the network being broken.
+
+Faults use a table of their own (``inet gftb_fault``) in the node's network namespace, so
+firewalld's tables are never edited and ``clear_faults`` undoes everything at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "testbed") not in sys.path:
+    sys.path.insert(0, str(REPO / "testbed"))
+
+from tbctl import config, nodes  # noqa: E402
+
+VENV_BIN = Path(sys.executable).parent
+INVENTORY = config.INVENTORY_DIR
+FAULT_TABLE = "gftb_fault"
+ENV_PYTHON = "/opt/gpufleet/env/bin/python"
+RECAP = re.compile(
+    r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M
+)
+# what a verify run leaves running on a node if something went wrong
+LEFTOVER = re.compile(r"torch\.distributed\.run|gpufleet\.workers|gpufleet\.netprobe")
+
+
+@dataclass
+class Run:
+    """One finished command: exit status, combined output, wall seconds."""
+
+    argv: list[str]
+    rc: int
+    out: str
+    seconds: float
+    marks: dict[str, float] = field(default_factory=dict)
+
+    def recap(self) -> dict[str, tuple[int, int, int, int]]:
+        """Last PLAY RECAP: host -> (ok, changed, unreachable, failed)."""
+        last = self.out.rsplit("PLAY RECAP", 1)[-1]
+        return {m[0]: (int(m[1]), int(m[2]), int(m[3]), int(m[4])) for m in RECAP.findall(last)}
+
+    def tail(self, n: int = 6000) -> str:
+        return self.out[-n:]
+
+
+def _env() -> dict[str, str]:
+    return dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        PATH=f"{VENV_BIN}:{os.environ.get('PATH', '')}",
+        PYTHONUNBUFFERED="1",
+    )
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (ansible-playbook's workers call setsid, so the
+    process group alone misses them)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _killpg(pgid: int) -> None:
+    """SIGKILL the process group and every descendant: what a crash of the controller
+    does (SIGSTOP first, so nothing forks or reaps in between)."""
+    tree = [pgid, *_descendants(pgid)]
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    log: Path | None = None,
+    on_line: Callable[[str, float], float | None] | None = None,
+) -> Run:
+    """Run ``argv`` in its own process group from the repository root, streaming its output
+    to ``log``. ``on_line(line, elapsed)`` may return a delay in seconds after which the
+    whole group is killed with SIGKILL (the controller-crash fault); the kill time is kept
+    in ``marks["killed"]``. Past ``timeout`` the group is killed too and rc is 124."""
+    import selectors
+
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=REPO,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        bufsize=0,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    pending = b""
+    lines: list[str] = []
+    marks: dict[str, float] = {}
+    timed_out = False
+    kill_at: float | None = None
+    fh = log.open("w") if log else None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    try:
+        while True:
+            now = time.monotonic()
+            if now - start > timeout:
+                _killpg(proc.pid)
+                timed_out = True
+                break
+            if kill_at is not None and now >= kill_at:
+                _killpg(proc.pid)
+                marks["killed"] = now - start
+                break
+            if not sel.select(timeout=0.2):
+                if proc.poll() is not None:
+                    break
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            pending += chunk
+            *done, pending = pending.split(b"\n")
+            for raw in done:
+                line = raw.decode(errors="replace") + "\n"
+                lines.append(line)
+                if fh:
+                    fh.write(line)
+                    fh.flush()
+                if on_line and kill_at is None:
+                    delay = on_line(line, time.monotonic() - start)
+                    if delay is not None:
+                        kill_at = time.monotonic() + delay
+        rc = proc.wait(timeout=60)
+    finally:
+        sel.close()
+        if fh:
+            fh.close()
+        if proc.poll() is None:
+            _killpg(proc.pid)
+            proc.wait()
+    if pending:
+        lines.append(pending.decode(errors="replace"))
+    took = time.monotonic() - start
+    return Run(list(argv), 124 if timed_out else rc, "".join(lines), took, marks)
+
+
+def make(*args: str, timeout: float = 1800, log: Path | None = None) -> Run:
+    return run(["make", "--no-print-directory", *args], timeout=timeout, log=log)
+
+
+def playbook(
+    name: str,
+    *extra: str,
+    timeout: float = 1800,
+    log: Path | None = None,
+    on_line: Callable[[str, float], float | None] | None = None,
+) -> Run:
+    """ansible-playbook playbooks/<name> -i testbed/inventory (the wheel must be built)."""
+    argv = [str(VENV_BIN / "ansible-playbook"), f"playbooks/{name}", "-i", str(INVENTORY)]
+    return run([*argv, *extra], timeout=timeout, log=log, on_line=on_line)
+
+
+def verify(run_id: str, *extra: str, timeout: float = 1200, log: Path | None = None) -> Run:
+    """make verify on the testbed with a fixed run id (reports/<run_id>/)."""
+    args = " ".join(extra)
+    return make(
+        "verify",
+        f"INVENTORY={INVENTORY}",
+        f"RUN_ID={run_id}",
+        f"VERIFY_ARGS={args}",
+        timeout=timeout,
+        log=log,
+    )
+
+
+def summary(run_id: str) -> dict:  # type: ignore[type-arg]
+    path = REPO / "reports" / run_id / "summary.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def cluster_nodes() -> list[config.Node]:
+    names = nodes.node_names_from_state()
+    return config.make_nodes(len(names)) if names else []
+
+
+def by_name(name: str) -> config.Node:
+    for n in cluster_nodes():
+        if n.name == name:
+            return n
+    raise LookupError(f"{name} is not a node of the running testbed")
+
+
+def node_sh(
+    node: config.Node, script: str, *, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """A shell command inside the node (nsenter into its namespaces: works with the link down)."""
+    pid = nodes.init_pid(node)
+    if pid is None:
+        raise RuntimeError(f"{node.name} is not running")
+    return subprocess.run(
+        [*nodes.nsenter(node, pid), "/bin/bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def ssh_argv(node: config.Node) -> list[str]:
+    """ssh to the node with the testbed's key and known_hosts (no agent, no passwords)."""
+    return [
+        "ssh",
+        "-i",
+        str(nodes.CLIENT_KEY),
+        "-o",
+        f"UserKnownHostsFile={nodes.KNOWN_HOSTS}",
+        "-o",
+        "StrictHostKeyChecking=yes",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=10",
+        f"root@{node.address}",
+    ]
+
+
+def ssh(
+    node: config.Node, command: str, *, timeout: float = 120, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*ssh_argv(node), command],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _nft(node: config.Node, script: str) -> None:
+    subprocess.run(
+        ["ip", "netns", "exec", node.netns, "nft", "-f", "-"],
+        input=script,
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+
+
+def block_input(node: config.Node, rule: str) -> None:
+    """Add an nft rule to the fault table's input chain of the node, e.g.
+    ``iifname "eth0" tcp dport 29500 drop``."""
+    _nft(
+        node,
+        f"table inet {FAULT_TABLE} {{\n"
+        "  chain input { type filter hook input priority -10; policy accept; }\n"
+        "  chain output { type filter hook output priority -10; policy accept; }\n"
+        "}\n"
+        f"add rule inet {FAULT_TABLE} input {rule}\n",
+    )
+
+
+def block_output(node: config.Node, rule: str) -> None:
+    """Add an nft rule to the fault table's output chain of the node."""
+    block_input(node, "meta nfproto ipv4 counter")  # creates the table and chains
+    _nft(node, f"add rule inet {FAULT_TABLE} output {rule}\n")
+
+
+def clear_faults(node: config.Node) -> None:
+    """Remove the fault table and bring the link up (safe when nothing was injected)."""
+    subprocess.run(
+        ["ip", "netns", "exec", node.netns, "nft", "delete", "table", "inet", FAULT_TABLE],
+        capture_output=True,
+        check=False,
+    )
+    link(node, up=True)
+
+
+def link(node: config.Node, *, up: bool) -> None:
+    subprocess.run(
+        ["ip", "-n", node.netns, "link", "set", "eth0", "up" if up else "down"],
+        capture_output=True,
+        check=True,
+    )
+
+
+def processes(node: config.Node) -> list[tuple[int, str]]:
+    """(pid, command line) of every process of the node (its own PID namespace)."""
+    r = node_sh(node, "ps -eo pid=,args=")
+    out = []
+    for line in r.stdout.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if pid.isdigit():
+            out.append((int(pid), args.strip()))
+    return out
+
+
+def leftovers(node: config.Node) -> list[tuple[int, str]]:
+    """Processes a verify run started and that still run (torchrun, workers, probes)."""
+    return [(p, a) for p, a in processes(node) if LEFTOVER.search(a) and "ps -eo" not in a]
+
+
+def wait_no_leftovers(node_list: Sequence[config.Node], limit: float) -> tuple[float, dict]:  # type: ignore[type-arg]
+    """Poll until no node runs a verify process or ``limit`` seconds pass.
+    Returns (seconds waited, {node: leftovers})."""
+    start = time.monotonic()
+    while True:
+        left = {n.name: leftovers(n) for n in node_list}
+        left = {k: v for k, v in left.items() if v}
+        if not left or time.monotonic() - start > limit:
+            return time.monotonic() - start, left
+        time.sleep(1)
+
+
+def node_file(node: config.Node, path: str) -> Path:
+    """A file written inside the node, read from the host through the overlay's upper dir
+    (a file the node wrote lives there)."""
+    return node.run_dir / "upper" / path.lstrip("/")
+
+
+def wait_for(cond: Callable[[], bool], limit: float, what: str, interval: float = 0.5) -> float:
+    start = time.monotonic()
+    while not cond():
+        if time.monotonic() - start > limit:
+            raise TimeoutError(f"{what}: not seen within {limit:.0f} s")
+        time.sleep(interval)
+    return time.monotonic() - start
