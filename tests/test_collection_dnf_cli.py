@@ -405,3 +405,31 @@ def test_module_through_ansible_is_idempotent_and_check_mode_safe(tmp_path: Path
 def test_glob_matches_like_dnf(pattern: str, hit: bool) -> None:
     """rpm -qa PATTERN matches names only; versioned globs must still find the package."""
     assert D.glob_matches("nvidia-open-3:580.95.05-1.el10.x86_64", pattern) is hit
+
+
+# dnf's own words on the testbed (reports/faults/foreign-key.log, mirror-down runs)
+FOREIGN = (
+    'The GPG keys listed for the "cuda-rhel9-x86_64" repository are already installed but '
+    "they are not correct for this package.\nError: GPG check FAILED"
+)
+UNREACHABLE = (
+    "Curl error (7): Couldn't connect to server for http://10.213.0.1:8213/cuda/rhel9/"
+    "x86_64/repodata/repomd.xml [Failed to connect to 10.213.0.1 port 8213: Connection refused]"
+)
+
+
+@pytest.mark.parametrize(
+    ("output", "words"),
+    [
+        (FOREIGN, ["not signed by the key pinned", "Do not disable gpgcheck"]),
+        (UNREACHABLE, ["cannot reach a repository", "proxy, firewall"]),
+        ("Error: Unable to find a match: nosuchpkg", None),
+    ],
+    ids=["foreign-key", "unreachable", "unknown"],
+)
+def test_known_dnf_failures_come_with_what_to_do(output: str, words: list[str] | None) -> None:
+    hint = D.remedy(output)
+    if words is None:
+        assert hint == ""
+    else:
+        assert all(w in hint for w in words), hint

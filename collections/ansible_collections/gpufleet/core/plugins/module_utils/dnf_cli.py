@@ -34,6 +34,40 @@ RPM_QF = "%{NAME}-%{EPOCHNUM}:%{VERSION}-%{RELEASE}.%{ARCH}\\n"
 FORBIDDEN = ("--nogpgcheck", "gpgcheck=0", "gpgcheck=false", "gpgcheck=False")
 
 
+# Known dnf failures -> what to do (the raw dnf output is kept in the message above it).
+_REMEDIES = (
+    (
+        ("GPG check FAILED", "not correct for this package", "public key for", "NOKEY"),
+        "a package is not signed by the key pinned for its repository: the mirror serves a "
+        "package signed by another key (tampered, stale or wrong mirror). Do not disable "
+        "gpgcheck; fix the mirror, or pin the right key and its fingerprint in the inventory. "
+        "Nothing was installed (dnf checks signatures before the transaction).",
+    ),
+    (
+        (
+            "Cannot download",
+            "Curl error",
+            "Failed to download metadata",
+            "Cannot retrieve repository",
+            "Connection refused",
+            "Could not resolve host",
+            "No more mirrors to try",
+        ),
+        "the node cannot reach a repository: check that the mirror is up and reachable from "
+        "this node (baseurl in /etc/yum.repos.d, proxy, firewall, DNS), then rerun. Nothing "
+        "was installed (dnf downloads every package before the transaction).",
+    ),
+)
+
+
+def remedy(output):
+    """The advice for a known dnf failure in ``output``, else ''."""
+    for needles, advice in _REMEDIES:
+        if any(n in output for n in needles):
+            return advice
+    return ""
+
+
 class DnfCliError(Exception):
     def __init__(self, msg, **extra):
         super(DnfCliError, self).__init__(msg)
@@ -179,8 +213,11 @@ class DnfCli:
             return "", ""
         rc, out, err = self._run(argv)
         if rc != 0:
+            text = (err or out).strip()[-4000:]
+            hint = remedy(err + "\n" + out)
             raise DnfCliError(
-                "%s failed (rc=%d): %s" % (" ".join(argv), rc, (err or out).strip()[-4000:]),
+                "%s failed (rc=%d): %s%s"
+                % (" ".join(argv), rc, text, ("\nWhat to do: " + hint) if hint else ""),
                 rc=rc,
                 stdout=out,
                 stderr=err,
