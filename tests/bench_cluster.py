@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -140,22 +141,56 @@ def copy_bare() -> None:
 # --------------------------------------------------------------------------- figures
 
 
+def _cpu_busy_s() -> float:
+    """Busy CPU seconds of the whole machine so far (/proc/stat: all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _controller_cpu_s() -> float:
+    """CPU seconds of this process's finished children (ansible-playbook, its workers, ssh)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def bench_provision(out: Path, repeats: int) -> dict[str, Any]:
-    one: list[float] = []
-    three: list[float] = []
+    """Converged reruns, 1 node vs 3, alternating. Beside wall time: the machine's busy CPU
+    seconds and the controller's share, since the testbed's nodes share this machine's
+    cores with the controller (a real cluster gives every node its own)."""
+    runs: dict[str, list[dict[str, float]]] = {"one": [], "three": []}
+    ncpu = os.cpu_count() or 1
     for i in range(repeats):
-        for limit, bucket in (("node1", one), ("", three)):
+        for limit, key in (("node1", "one"), ("", "three")):
             args = ("--limit", limit) if limit else ()
             say(f"provision rerun {i + 1}/{repeats} on {limit or 'all 3 nodes'}")
+            busy0, ctl0 = _cpu_busy_s(), _controller_cpu_s()
             r = playbook("provision.yml", *args, log=out / f"provision-{limit or 'all'}-{i}.log")
+            busy, ctl = _cpu_busy_s() - busy0, _controller_cpu_s() - ctl0
             need(r.rc == 0, "a converged provision rerun failed", r)
             changed = {h: v[1] for h, v in r.recap().items()}
             need(all(c == 0 for c in changed.values()), f"rerun was not converged: {changed}", r)
-            bucket.append(r.seconds)
+            runs[key].append(
+                {
+                    "wall_s": r.seconds,
+                    "machine_cpu_s": busy,
+                    "controller_cpu_s": ctl,
+                    "utilisation": busy / (r.seconds * ncpu),
+                }
+            )
+
+    def med(key: str, field: str) -> float:
+        return median([x[field] for x in runs[key]])
+
     return {
-        "one_node_s": one,
-        "three_nodes_s": three,
-        "ratio": median(three) / median(one),
+        "one_node": runs["one"],
+        "three_nodes": runs["three"],
+        "one_node_s": [x["wall_s"] for x in runs["one"]],
+        "three_nodes_s": [x["wall_s"] for x in runs["three"]],
+        "ratio": med("three", "wall_s") / med("one", "wall_s"),
+        "cpu_work_ratio": med("three", "machine_cpu_s") / med("one", "machine_cpu_s"),
+        "controller_cpu_ratio": med("three", "controller_cpu_s") / med("one", "controller_cpu_s"),
+        "three_nodes_utilisation": med("three", "utilisation"),
+        "cpus": ncpu,
     }
 
 
@@ -286,6 +321,12 @@ def table(res: dict[str, Any]) -> str:
         lines.append(
             f"| {label} | {value} | {op} {target} | {verdict(key, float(value))} | {detail} |"
         )
+    ps = f["provision_scale"]
+    lines.append(
+        f"| (provisioning: CPU work 3 nodes / 1 node; machine busy during the 3-node run) "
+        f"| {ps['cpu_work_ratio']:.2f} | - | - | {ps['three_nodes_utilisation'] * 100:.0f} % of "
+        f"{ps['cpus']} CPUs; controller CPU ratio {ps['controller_cpu_ratio']:.2f} |"
+    )
     full = f["verify_overhead"]
     lines.append(
         f"| (full make verify / bare torchrun, no target) | {full['ratio_full']:.2f} | - | - | "
