@@ -190,6 +190,16 @@ CASES: list[Case] = [
         "an integer 1-65535",
         hosts=TWO_NODES,
     ),
+    Case(
+        "node-variable-in-host-vars",
+        {},
+        "node2: nvidia_driver_install_retries",
+        "=0",
+        "an integer >= 1",
+        hosts=hosts(
+            node2={"gpufleet_cluster_address": "10.0.0.2", "nvidia_driver_install_retries": 0}
+        ),
+    ),
     # --- versions (preflight's checks and the planner, for the versions alone) -------------
     Case(
         "torch-malformed",
