@@ -50,7 +50,8 @@ def test_provision_order() -> None:
         "torch_env",
         "cluster_network",
     ]
-    first, *_ = plays
+    check, first, *_ = plays
+    assert check["ansible.builtin.import_playbook"] == "check_inventory.yml", "input checks first"
     assert first["gather_facts"] is False, "python_bootstrap runs before Python exists"
     main = next(p for p in plays if "torch_env" in str(p.get("roles")))
     assert main["any_errors_fatal"] is False

@@ -99,8 +99,8 @@ def el_target(distribution, major, arch, release=""):
         out["refusals"].append("%s 7 is refused: %s" % (name, "; ".join(EL7_REASONS)))
     elif el_major not in SUPPORTED_MAJORS:
         out["refusals"].append(
-            "%s %s is not supported (EL %s); supported: EL 8, 9, 10"
-            % (name, major, ", ".join(str(m) for m in SUPPORTED_MAJORS))
+            "%s %s is not supported (EL %s); supported: EL %s"
+            % (name, major, el_major, ", ".join(str(m) for m in SUPPORTED_MAJORS))
         )
     if repo_arch is None:
         out["refusals"].append(
