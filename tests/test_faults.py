@@ -118,10 +118,6 @@ def run_id(name: str) -> str:
     return f"fault-{name}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}"
 
 
-def names_in(r: Run, *words: str) -> bool:
-    return all(w in r.out for w in words)
-
-
 def run_dir(node: config.Node, rid: str) -> Path:
     return node_file(node, f"/var/lib/gpufleet/runs/{rid}/{node.name}")
 
