@@ -293,6 +293,13 @@ def verdict(name: str, value: float) -> str:
     return "met" if ok else "MISSED"
 
 
+def _size(n: int) -> str:
+    for unit, factor in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor}{unit}"
+    return f"{n}B"
+
+
 def table(res: dict[str, Any]) -> str:
     f = res["figures"]
     rows = [
@@ -302,7 +309,7 @@ def table(res: dict[str, Any]) -> str:
          f"{median(f['verify_overhead']['bare_torchrun_s']):.1f} s"),
         ("measurement fidelity (gpufleet / bare busbw, largest size)", "fidelity_largest",
          f"{f['fidelity']['ratio']:.3f}",
-         ", ".join(f"{int(k) // 1024}K: {v['ratio']:.3f}" for k, v in f["fidelity"]["sizes"].items())),
+         ", ".join(f"{_size(int(k))}: {v['ratio']:.3f}" for k, v in f["fidelity"]["sizes"].items())),
         ("provisioning scale (3 nodes / 1 node, converged rerun)", "provision_scale",
          f"{f['provision_scale']['ratio']:.2f}",
          f"{median(f['provision_scale']['three_nodes_s']):.1f} s / "
