@@ -97,6 +97,7 @@ def tbctl(*args: str) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[list[config.Node]]:
     reuse = os.environ.get("FAULTS_REUSE") == "1"
+    OUT.mkdir(parents=True, exist_ok=True)
     if not reuse:
         tbctl("down")
     up = tbctl("up", "--nodes", "3")

@@ -54,3 +54,10 @@ def test_recap_reads_the_last_play_recap() -> None:
         "node3                      : ok=1    changed=0    unreachable=1    failed=0    skipped=0\n"
     )
     assert Run(["x"], 0, out, 1.0).recap() == {"node1": (9, 0, 0, 0), "node3": (1, 0, 1, 0)}
+
+
+def test_the_log_directory_is_created(tmp_path: Path) -> None:
+    # a clean clone has no reports/faults/: the first scenario must not fail on it
+    log = tmp_path / "new" / "dir" / "out.log"
+    r = run(["bash", "-c", "echo ok"], timeout=30, log=log)
+    assert r.rc == 0 and log.read_text() == "ok\n"

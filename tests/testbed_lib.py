@@ -124,6 +124,8 @@ def run(
     marks: dict[str, float] = {}
     timed_out = False
     kill_at: float | None = None
+    if log:
+        log.parent.mkdir(parents=True, exist_ok=True)
     fh = log.open("w") if log else None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
