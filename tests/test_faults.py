@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from testbed_lib import (
+    ENV_PYTHON,
     REPO,
     Run,
     block_input,
@@ -167,9 +168,7 @@ def test_provision_killed_mid_run_converges_on_rerun(cluster: list[config.Node])
     assert set(changed) == {"node1", "node2", "node3"}
     assert all(c == 0 for c in changed.values()), changed
     for n in cluster:
-        r = node_sh(
-            n, f"{'/opt/gpufleet/env/bin/python'} -c 'import torch; print(torch.__version__)'"
-        )
+        r = node_sh(n, f"{ENV_PYTHON} -c 'import torch; print(torch.__version__)'")
         assert r.stdout.strip() == "2.13.0+cpu", (n.name, r.stdout, r.stderr)
     record(
         "provision_killed",
