@@ -50,6 +50,7 @@ from testbed_lib import (
     playbook,
     ssh,
     ssh_argv,
+    tbctl,
     verify,
     wait_for,
     wait_no_leftovers,
@@ -74,18 +75,6 @@ def say(msg: str) -> None:
 
 def median(xs: list[float]) -> float:
     return float(statistics.median(xs))
-
-
-def tbctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tbctl", *args],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO / "testbed")),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
 
 
 def need(ok: bool, what: str, r: Run | None = None) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -42,6 +41,7 @@ from testbed_lib import (
     playbook,
     processes,
     summary,
+    tbctl,
     verify,
     wait_for,
     wait_no_leftovers,
@@ -82,17 +82,6 @@ def record(name: str, **values: object) -> None:
     (OUT / "faults.json").write_text(json.dumps(RESULTS, indent=2, sort_keys=True) + "\n")
     print(f"\n[faults] {name}: {values}")
 
-
-def tbctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tbctl", *args],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO / "testbed")),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,8 @@ sys.path.insert(0, str(REPO / "testbed"))
 
 from tbctl import config, nodes  # noqa: E402
 
+from testbed_lib import ssh_argv  # noqa: E402
+
 NEEDED = (
     "debootstrap",
     "rpmbuild",
@@ -66,21 +68,7 @@ def tbctl(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]
 
 def ssh(address: str, command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(nodes.CLIENT_KEY),
-            "-o",
-            f"UserKnownHostsFile={nodes.KNOWN_HOSTS}",
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "ConnectTimeout=10",
-            f"root@{address}",
-            command,
-        ],
+        [*ssh_argv(address), command],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -238,8 +238,23 @@ def node_sh(
     )
 
 
-def ssh_argv(node: config.Node) -> list[str]:
-    """ssh to the node with the testbed's key and known_hosts (no agent, no passwords)."""
+def tbctl(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    """``python -m tbctl ARGS`` (testbed up/down/status) from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-m", "tbctl", *args],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "testbed")),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def ssh_argv(node: config.Node | str) -> list[str]:
+    """ssh to a node (or an address) with the testbed's key and known_hosts (no agent, no
+    passwords, strict host keys)."""
+    address = node if isinstance(node, str) else node.address
     return [
         "ssh",
         "-i",
@@ -252,7 +267,7 @@ def ssh_argv(node: config.Node) -> list[str]:
         "BatchMode=yes",
         "-o",
         "ConnectTimeout=10",
-        f"root@{node.address}",
+        f"root@{address}",
     ]
 
 
