@@ -83,7 +83,6 @@ def record(name: str, **values: object) -> None:
     print(f"\n[faults] {name}: {values}")
 
 
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[list[config.Node]]:
     reuse = os.environ.get("FAULTS_REUSE") == "1"
