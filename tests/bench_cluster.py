@@ -52,8 +52,8 @@ from testbed_lib import (
     ssh_argv,
     tbctl,
     verify,
-    wait_for,
     wait_no_leftovers,
+    wait_sweeping,
 )
 
 BARE = REPO / "tests" / "bench_bare_allreduce.py"
@@ -246,16 +246,8 @@ def bench_detection(out: Path, timeout: int) -> dict[str, Any]:
     )
     say(f"failure detection: cut node3's link mid all-reduce (timeout {timeout} s)")
     t.start()
-    log = node_file(node3, f"/var/lib/gpufleet/runs/{rid}/node3/allreduce.log")
-
-    def sweeping() -> bool:
-        try:
-            return "sweeping" in log.read_text(errors="replace")
-        except OSError:
-            return False
-
     try:
-        wait_for(sweeping, 300, "node3: the all-reduce sweep")
+        wait_sweeping(node3, rid, limit=300)
         link(node3, up=False)
         cut = time.monotonic()
         t.join(timeout=timeout * 4 + 300)

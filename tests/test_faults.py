@@ -43,8 +43,8 @@ from testbed_lib import (
     summary,
     tbctl,
     verify,
-    wait_for,
     wait_no_leftovers,
+    wait_sweeping,
 )
 
 pytestmark = [
@@ -74,6 +74,13 @@ MARGIN = 25
 CLUSTER_ONLY = ("-e verify_run_checks=false", "-e verify_run_smoke=false")
 # a sweep long enough to cut it in the middle (~20 s of all-reduce on the testbed)
 LONG_SWEEP = ("-e verify_sizes=1M,8M", "-e verify_iters=300", "-e verify_warmup=2")
+# verify arguments of the scenarios that strike during the all-reduce
+MID_RUN_ARGS = (
+    *CLUSTER_ONLY,
+    *LONG_SWEEP,
+    f"-e verify_collective_timeout={TIMEOUT}",
+    f"-e verify_rdzv_timeout={TIMEOUT}",
+)
 
 
 def record(name: str, **values: object) -> None:
@@ -229,32 +236,15 @@ def test_rendezvous_port_blocked_stops_in_the_precheck(cluster: list[config.Node
     record("rdzv_blocked", verify_s=round(ver.seconds, 1), status=s["status"])
 
 
-def _wait_sweeping(node: config.Node, rid: str, limit: float = 240) -> float:
-    log = run_dir(node, rid) / "allreduce.log"
-
-    def sweeping() -> bool:
-        try:
-            return "sweeping" in log.read_text(errors="replace")
-        except OSError:
-            return False
-
-    return wait_for(sweeping, limit, f"{node.name}: the all-reduce sweep")
-
-
 def test_link_cut_during_allreduce(cluster: list[config.Node]) -> None:
     """node3's link goes down in the middle of the all-reduce: verify ends within the
     collective timeout plus a margin, names node3, and no verify process survives."""
     node3 = by_name("node3")
     rid = run_id("link-cut")
-    extra = (
-        *CLUSTER_ONLY,
-        *LONG_SWEEP,
-        f"-e verify_collective_timeout={TIMEOUT}",
-        f"-e verify_rdzv_timeout={TIMEOUT}",
-    )
+    extra = MID_RUN_ARGS
     t, box = in_background(verify, rid, *extra, log=OUT / "link-cut-verify.log", timeout=900)
     try:
-        _wait_sweeping(node3, rid)
+        wait_sweeping(node3, rid)
         link(node3, up=False)
         cut = time.monotonic()
         t.join(timeout=TIMEOUT * 4 + 120)
@@ -286,14 +276,9 @@ def test_rank_killed_mid_allreduce(cluster: list[config.Node]) -> None:
     a margin, the report names node2 and the signal, no verify process survives."""
     node2 = by_name("node2")
     rid = run_id("rank-killed")
-    extra = (
-        *CLUSTER_ONLY,
-        *LONG_SWEEP,
-        f"-e verify_collective_timeout={TIMEOUT}",
-        f"-e verify_rdzv_timeout={TIMEOUT}",
-    )
+    extra = MID_RUN_ARGS
     t, box = in_background(verify, rid, *extra, log=OUT / "rank-killed-verify.log", timeout=900)
-    _wait_sweeping(node2, rid)
+    wait_sweeping(node2, rid)
     workers = [
         (p, a)
         for p, a in processes(node2)

@@ -372,3 +372,17 @@ def wait_for(cond: Callable[[], bool], limit: float, what: str, interval: float 
             raise TimeoutError(f"{what}: not seen within {limit:.0f} s")
         time.sleep(interval)
     return time.monotonic() - start
+
+
+def wait_sweeping(node: config.Node, run_id: str, limit: float = 240) -> float:
+    """Wait until the node's all-reduce log of verify run ``run_id`` shows the sweep
+    running (the worker's "sweeping" progress line): the moment to inject a fault."""
+    log = node_file(node, f"/var/lib/gpufleet/runs/{run_id}/{node.name}/allreduce.log")
+
+    def sweeping() -> bool:
+        try:
+            return "sweeping" in log.read_text(errors="replace")
+        except OSError:
+            return False
+
+    return wait_for(sweeping, limit, f"{node.name}: the all-reduce sweep")
