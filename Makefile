@@ -13,6 +13,20 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 SETUP_STAMP := $(VENV)/.setup-done
 
+# User variables reach the recipes as environment variables, never pasted into shell text:
+# a value holding `...`, $(...), ; or a quote stays data. Argument lists (VERIFY_ARGS,
+# CHECKS_ARGS, SMOKE_ARGS) are split into words by gpufleet.argsplit (shlex: quotes group
+# words, nothing is expanded or run).
+export GF_INVENTORY = $(value INVENTORY)
+export GF_VERIFY_ARGS = $(value VERIFY_ARGS)
+export GF_CHECKS_ARGS = $(value CHECKS_ARGS)
+export GF_SMOKE_ARGS = $(value SMOKE_ARGS)
+export GF_NODES = $(value NODES)
+export GF_BENCH_REPEATS = $(value BENCH_REPEATS)
+export GF_BENCH_RUNS = $(value BENCH_RUNS)
+export GF_PYTEST_WORKERS = $(value PYTEST_WORKERS)
+ARGSPLIT = $(BIN)/python -m gpufleet.argsplit
+
 .PHONY: help
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -29,8 +43,17 @@ $(SETUP_STAMP): requirements/controller.txt requirements/constraints.txt pyproje
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
-.PHONY: test
-test: setup ## run the project's own tests (unit, roles, CPU smoke tests; not the testbed)
+.PHONY: test test-slow test-all
+# Both cores: two pytest workers; a file stays on one worker unless its tests name groups
+# (tests/conftest.py), so a module-scoped ansible run happens once.
+PYTEST_WORKERS ?= 2
+test: setup ## the fast default run (under 3 min): unit, contract and fast role tests
+	$(BIN)/python -m pytest tests -m "not testbed and not slow" -n "$$GF_PYTEST_WORKERS" --dist loadgroup
+
+test-slow: setup ## the tests make test leaves out: marked slow (torchrun, role runs), not testbed
+	$(BIN)/python -m pytest tests -m "slow and not testbed"
+
+test-all: setup ## every test that needs no testbed (make test plus make test-slow, one run)
 	$(BIN)/python -m pytest tests -m "not testbed"
 
 .PHONY: e2e
@@ -44,18 +67,26 @@ faults: setup testbed-deps ## as root: fault injection on a fresh 3-node testbed
 .PHONY: bench
 BENCH_REPEATS ?= 2
 bench: setup testbed-deps ## as root: ratios on the 3-node testbed (verify overhead, fidelity, scale, detection); reports/bench/
-	$(BIN)/python tests/bench_cluster.py --repeats $(BENCH_REPEATS)
+	$(BIN)/python tests/bench/bench_cluster.py --repeats "$$GF_BENCH_REPEATS"
 
 .PHONY: lint
 PY_DIRS = $(wildcard src tests checks smoke_tests testbed collections)
+# mypy --strict (settings in pyproject.toml): first src/gpufleet, the collection's plugins
+# and testbed/tbctl in one run, then each pytest tree in a run of its own, with the tree as
+# the root its modules are named from (tests/, checks/ and smoke_tests/ each have a
+# conftest.py, tests/fixtures two generate.py: one run over all would see duplicates).
+MYPY_TREES = tests checks smoke_tests
 
 lint: setup ## ansible-lint (production profile), yamllint, ruff, mypy, syntax checks
 	$(BIN)/ruff check $(PY_DIRS)
 	$(BIN)/ruff format --check $(PY_DIRS)
 	$(BIN)/mypy
+	@for tree in $(MYPY_TREES); do \
+	  echo "MYPYPATH=$$tree $(BIN)/mypy --cache-dir .mypy_cache/$$tree $$tree"; \
+	  MYPYPATH=$$tree $(BIN)/mypy --cache-dir .mypy_cache/$$tree $$tree || exit 1; done
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production
-	$(BIN)/ansible-playbook --syntax-check -i $(INVENTORY) site.yml
+	$(BIN)/ansible-playbook --syntax-check -i "$$GF_INVENTORY" site.yml
 
 .PHONY: plan
 plan: setup ## example: plan torch 2.11.0 for a node whose driver is 570.86.15
@@ -78,18 +109,27 @@ CHECKS_OUT  ?= reports/local
 REQUIRE_GPU ?=
 CHECKS_ARGS ?=
 BENCH_RUNS  ?= 5
-CHECKS_REQUIRE_OPT = $(if $(strip $(REQUIRE_GPU)),$(if $(filter 1 true yes on,$(REQUIRE_GPU)),--require-gpu,--no-require-gpu))
+# REQUIRE_GPU and CHECKS_OUT reach the recipe as environment variables (data, never shell
+# text): REQUIRE_GPU accepts 1/true/yes/on/y and 0/false/no/off/n in any case, anything
+# else is refused (exit 2); CHECKS_OUT is quoted.
+check: export REQUIRE_GPU := $(REQUIRE_GPU)
+check: export CHECKS_OUT := $(CHECKS_OUT)
 
 .PHONY: check
 check: setup ## node health checks here (NVML, torch): $(CHECKS_OUT)/checks.{xml,json}; REQUIRE_GPU=1|0
-	@mkdir -p $(CHECKS_OUT)
-	PYTHONPATH=src $(BIN)/python -m pytest -c checks/pytest.ini checks -p no:cacheprovider \
-		--junitxml=$(CHECKS_OUT)/checks.xml --gpufleet-json=$(CHECKS_OUT)/checks.json \
-		$(CHECKS_REQUIRE_OPT) $(CHECKS_ARGS)
+	@case "$$(printf '%s' "$$REQUIRE_GPU" | tr '[:upper:]' '[:lower:]')" in \
+	  "") req=();; 1|true|yes|on|y) req=(--require-gpu);; 0|false|no|off|n) req=(--no-require-gpu);; \
+	  *) echo "ERROR: REQUIRE_GPU='$$REQUIRE_GPU' is refused -> allowed: 1, true, yes, on, y or 0, false, no, off, n (any case), or empty" >&2; exit 2;; \
+	esac; \
+	mkdir -p -- "$$CHECKS_OUT"; \
+	PYTHONPATH=src $(ARGSPLIT) GF_CHECKS_ARGS CHECKS_ARGS -- \
+		$(BIN)/python -m pytest -c checks/pytest.ini checks -p no:cacheprovider \
+		--junitxml="$$CHECKS_OUT/checks.xml" --gpufleet-json="$$CHECKS_OUT/checks.json" \
+		$${req[@]+"$${req[@]}"}
 
 .PHONY: bench-checks
 bench-checks: setup ## time the checks suite on the healthy 8-GPU recording (budget 10 s)
-	$(BIN)/python tests/bench_checks.py --runs $(BENCH_RUNS)
+	$(BIN)/python tests/bench/bench_checks.py --runs "$$GF_BENCH_RUNS"
 
 # --- provision ---
 # The gpufleet wheel that torch_env copies to every node. SOURCE_DATE_EPOCH makes the
@@ -111,12 +151,12 @@ $(WHEEL_STAMP): $(SETUP_STAMP) $(WHEEL_SOURCES)
 
 .PHONY: provision
 provision: setup wheel ## provision the nodes of $(INVENTORY): driver, toolkit, env, network
-	$(BIN)/ansible-playbook playbooks/provision.yml -i $(INVENTORY)
+	$(BIN)/ansible-playbook playbooks/provision.yml -i "$$GF_INVENTORY"
 
 .PHONY: syntax-check
 syntax-check: setup ## ansible-playbook --syntax-check of site.yml and the playbooks
-	$(BIN)/ansible-playbook --syntax-check -i $(INVENTORY) site.yml
-	$(BIN)/ansible-playbook --syntax-check -i $(INVENTORY) playbooks/provision.yml
+	$(BIN)/ansible-playbook --syntax-check -i "$$GF_INVENTORY" site.yml
+	$(BIN)/ansible-playbook --syntax-check -i "$$GF_INVENTORY" playbooks/provision.yml
 
 # --- verify ---
 # make verify: node checks, port pre-check, torchrun smoke runs and the cluster all-reduce
@@ -124,26 +164,43 @@ syntax-check: setup ## ansible-playbook --syntax-check of site.yml and the playb
 # Exit 1 when the report has a failure. make smoke: the single-node suite here, with .venv.
 SMOKE_ARGS ?=
 VERIFY_ARGS ?=
-RUN_ID ?= $(shell date -u +%Y%m%dT%H%M%SZ)
-# evaluated once: the recipe names the run several times and must not straddle a second
-RUN_ID := $(RUN_ID)
+# RUN_ID empty (default): a new id, the UTC second plus a random suffix. A given RUN_ID is
+# data: passed through the environment (never pasted into the shell), checked by
+# `gpufleet runid` (pattern, `latest` reserved, reports/<id> must not exist yet).
+RUN_ID ?=
+# Another make verify from this checkout holds reports/.verify.lock: wait this long, then refuse.
+VERIFY_LOCK_WAIT ?= 900
 
 .PHONY: verify
-verify: setup ## verify the nodes of INVENTORY (checks, pre-check, torchrun, report); exit 1 on failure
-	@rc=0; $(BIN)/ansible-playbook playbooks/verify.yml -i $(INVENTORY) \
-		-e verify_run_id=$(RUN_ID) $(VERIFY_ARGS) || rc=$$?; \
-	summary=reports/$(RUN_ID)/summary.json; \
-	if [ ! -f $$summary ]; then \
-	  echo ">> no report for run $(RUN_ID): the playbook stopped before the report step (rc=$$rc)"; exit 1; fi; \
-	status=$$($(BIN)/python -c 'import json,sys; print(json.load(open(sys.argv[1]))["status"])' $$summary); \
-	echo ">> report: $(CURDIR)/reports/$(RUN_ID)/summary.md (summary.json, bandwidth.png; reports/latest): $$status"; \
-	if [ "$$status" != pass ] || [ $$rc -ne 0 ]; then exit 1; fi
+verify: export GF_RUN_ID = $(value RUN_ID)
+verify: export GF_LOCK_WAIT = $(value VERIFY_LOCK_WAIT)
+verify: setup ## verify the nodes of INVENTORY (checks, pre-check, torchrun, report); exit 0 pass, else 2 (make's rule; gpufleet verify: 1 failure, 2 refused)
+	@rc=0; $(ARGSPLIT) GF_VERIFY_ARGS VERIFY_ARGS -- $(BIN)/gpufleet verify \
+		--inventory "$$GF_INVENTORY" --run-id "$$GF_RUN_ID" --lock-wait "$$GF_LOCK_WAIT" -- || rc=$$?; \
+	case $$rc in 0) ;; 1) echo ">> exit 1: the run failed (gpufleet verify returns 1; make returns 2)"; exit 1;; \
+	  *) echo ">> exit $$rc: refused before any change (gpufleet verify returns $$rc; make returns 2)"; exit $$rc;; esac
+
+.PHONY: run
+SCRIPT ?=
+ARGS ?=
+run: export GF_SCRIPT = $(value SCRIPT)
+run: export GF_RUN_ID = $(value RUN_ID)
+run: export GPUFLEET_RUN_ARGS = $(value ARGS)
+run: setup ## run your torchrun script on all nodes of INVENTORY: SCRIPT=path/to/train.py ARGS="..."; logs in reports/<run-id>/
+	@test -f "$$GF_SCRIPT" || { echo "ERROR: SCRIPT='$$GF_SCRIPT' is refused -> allowed: the path of an existing file, your torchrun script (make run SCRIPT=path/to/train.py [ARGS=\"...\"])" >&2; exit 2; }
+	@extra=$$($(BIN)/python -c 'import json,os; print(json.dumps({ \
+		"verify_script_args": os.environ["GPUFLEET_RUN_ARGS"], \
+		"verify_script": os.path.abspath(os.environ["GF_SCRIPT"]), \
+		"verify_run_id": os.environ["GF_RUN_ID"]}))'); \
+	$(ARGSPLIT) GF_VERIFY_ARGS VERIFY_ARGS -- \
+		$(BIN)/ansible-playbook playbooks/run.yml -i "$$GF_INVENTORY" -e "$$extra"
 
 .PHONY: smoke
 smoke: setup ## run the single-node smoke suite here (CPU: 2 gloo ranks) into reports/smoke-local/
 	@mkdir -p reports/smoke-local
-	PYTHONPATH=src $(BIN)/python -m pytest smoke_tests/ -p no:cacheprovider \
-		--gpufleet-json=reports/smoke-local/smoke.json --junitxml=reports/smoke-local/smoke.xml $(SMOKE_ARGS)
+	PYTHONPATH=src $(ARGSPLIT) GF_SMOKE_ARGS SMOKE_ARGS -- \
+		$(BIN)/python -m pytest smoke_tests/ -p no:cacheprovider \
+		--gpufleet-json=reports/smoke-local/smoke.json --junitxml=reports/smoke-local/smoke.xml
 
 # --- testbed ---
 # The simulated EL cluster (docs/testbed.md). Needs root; Debian 12 host tools come from
@@ -163,7 +220,7 @@ testbed-deps: ## install the testbed's host tools with apt-get (debootstrap, dnf
 	else echo ">> testbed-deps: all host tools present"; fi
 
 testbed-up: setup testbed-deps ## start the simulated EL cluster (NODES=3; idempotent); prints the inventory path
-	$(TBCTL) up --nodes $(NODES)
+	$(TBCTL) up --nodes "$$GF_NODES"
 
 testbed-down: setup ## stop the testbed and remove all it made but the cached base rootfs (safe twice)
 	$(TBCTL) down
@@ -177,7 +234,7 @@ testbed-clean: setup ## testbed-down, then remove the cached base rootfs and whe
 # --- demo ---
 .PHONY: demo
 demo: setup ## the main job on the built-in simulated cluster (root): testbed-up, provision, verify
-	$(MAKE) --no-print-directory testbed-up NODES=$(NODES)
+	$(MAKE) --no-print-directory testbed-up
 	$(MAKE) --no-print-directory provision INVENTORY=testbed/inventory
 	$(MAKE) --no-print-directory verify INVENTORY=testbed/inventory
 	@echo ">> demo done: the cluster report is reports/latest/summary.md; make testbed-down removes the testbed"

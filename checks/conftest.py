@@ -26,7 +26,7 @@ from typing import Any, cast
 import pytest
 
 import gpufleet
-from gpufleet import health, nodefacts, xid
+from gpufleet import argtypes, fabric, health, nodefacts, xid
 from gpufleet.nvml import (
     GpuReading,
     NodeReading,
@@ -36,7 +36,7 @@ from gpufleet.nvml import (
     RecordedReader,
     load_recording,
 )
-from gpufleet.results import Record, ResultFile
+from gpufleet.results import Record, ResultFile, Status
 
 DEFAULT_MANIFEST = Path("/etc/gpufleet/manifest.json")
 #: Seconds of matmul + host-to-device copies used to wake an idle PCIe link before
@@ -64,27 +64,61 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "else env GPUFLEET_REQUIRE_GPU, else false",
     )
     g.addoption("--no-require-gpu", dest="gpufleet_require_gpu", action="store_false")
-    g.addoption("--expected-gpus", type=int, metavar="N", help="GPUs this node must have")
+    g.addoption(
+        "--expected-gpus",
+        type=argtypes.int_range(0, 64),
+        metavar="N",
+        help="GPUs this node must have",
+    )
     g.addoption("--gpufleet-json", metavar="PATH", help="write the JSON result envelope here")
     g.addoption("--nvml-recording", metavar="PATH", help="replay a recording instead of real NVML")
-    g.addoption("--node", metavar="NAME", help="node name in the records (default: hostname)")
+    g.addoption(
+        "--node",
+        type=argtypes.text,
+        metavar="NAME",
+        help="node name in the records (default: hostname)",
+    )
     g.addoption(
         "--xid-window-hours",
-        type=float,
+        type=argtypes.hours,
         default=xid.DEFAULT_WINDOW_HOURS,
         metavar="H",
         help="look for Xids in the last H hours (default %(default)s)",
     )
     g.addoption("--kernel-log", metavar="PATH", help="read Xid lines from a file")
-    g.addoption("--min-driver", metavar="VER", help="driver floor (default: plan min_driver)")
-    g.addoption("--expect-cuda", metavar="X.Y", help="torch.version.cuda (default: plan cuda)")
-    g.addoption("--expect-nccl", metavar="X.Y.Z", help="torch NCCL (default: plan nccl)")
-    g.addoption("--expect-toolkit", metavar="X.Y", help="nvcc release (default: plan toolkit)")
+    g.addoption(
+        "--min-driver",
+        type=argtypes.driver_version,
+        metavar="VER",
+        help="driver floor (default: plan min_driver)",
+    )
+    g.addoption(
+        "--expect-cuda",
+        type=argtypes.dotted_version("X.Y"),
+        metavar="X.Y",
+        help="torch.version.cuda (default: plan cuda)",
+    )
+    g.addoption(
+        "--expect-nccl",
+        type=argtypes.dotted_version("X.Y.Z"),
+        metavar="X.Y.Z",
+        help="torch NCCL (default: plan nccl)",
+    )
+    g.addoption(
+        "--expect-toolkit",
+        type=argtypes.dotted_version("X.Y"),
+        metavar="X.Y",
+        help="nvcc release (default: plan toolkit)",
+    )
     g.addoption(
         "--wheel-variant",
+        type=argtypes.wheel_variant,
         metavar="V",
         help="installed wheel variant, cuXXX or cpu (default: manifest env_wheel_variant)",
     )
+    g.addoption("--ib-ports", metavar="HCA:PORT,...", help="ports ib_ports expects (default: IB)")
+    g.addoption("--ib-min-rate", type=float, metavar="GBPS", help="least IB port rate (Gb/s)")
+    g.addoption("--ib-link-layer", metavar="L", help="InfiniBand or Ethernet (RoCE)")
     g.addoption(
         "--no-pcie-load",
         action="store_true",
@@ -113,6 +147,7 @@ class Ctx:
     meta: dict[str, Any] = field(default_factory=dict)
     _torch: nodefacts.TorchFacts | None = None
     _under_load: dict[int, GpuReading] | None = None
+    _platform: fabric.PlatformFacts | None = None
 
     # -- plan values (options override the manifest)
     @property
@@ -163,6 +198,17 @@ class Ctx:
                 self._torch = nodefacts.read_torch_facts()
             self.meta["torch"] = self._torch.version
         return self._torch
+
+    def platform(self) -> fabric.PlatformFacts:
+        """NVSwitches, Fabric Manager, IB ports, virtualisation (gpufleet.fabric)."""
+        if self._platform is None:
+            rec = self.recording
+            self._platform = (
+                fabric.PlatformFacts.from_recording(rec)
+                if rec is not None
+                else fabric.read_platform()
+            )
+        return self._platform
 
     def modules(self) -> tuple[str, ...]:
         if self.recording is not None:
@@ -508,13 +554,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     record = item.stash.get(RECORD_KEY, None)
     if rep.when == "call" or (rep.when == "setup" and not rep.passed):
         if record is None or (rep.failed and record.status != "fail"):
-            status = "fail" if rep.failed else "skip" if rep.skipped else "pass"
+            status: Status = "fail" if rep.failed else "skip" if rep.skipped else "pass"
             message = _skip_reason(rep) if rep.skipped else rep.longreprtext[-2000:]
             if rep.failed and rep.when == "setup":
                 message = f"error in setup: {message}"
             record = Record(
                 name=check_name(item),
-                status=status,  # type: ignore[arg-type]
+                status=status,
                 node=node,
                 message=message,
                 gpu=_gpu_label(item, ctx),

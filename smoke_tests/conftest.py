@@ -32,7 +32,9 @@ from typing import Any
 
 import pytest
 
+from gpufleet.netprobe import free_port
 from gpufleet.results import STATUSES, BandwidthRow, Record, ResultFile, Status
+from gpufleet.workers.supervise import group_alive, pid_alive
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -260,35 +262,6 @@ class Launch:
         )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie is gone for our purposes
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 class Torchrun:
     """Start ``python -m torch.distributed.run -m gpufleet.workers.<worker>``."""
 
@@ -317,7 +290,7 @@ class Torchrun:
             "--master-addr",
             "127.0.0.1",
             "--master-port",
-            str(_free_port()),
+            str(free_port()),
             "--rdzv-conf",
             f"timeout={int(self.config.getoption('--gpufleet-timeout'))}",
             "--max-restarts",
@@ -361,16 +334,16 @@ class Torchrun:
                 rc = 124
         # anything left in the launcher's group is a leak: record it, then kill it
         deadline = time.monotonic() + 5
-        while _group_alive(proc.pid) and time.monotonic() < deadline:
+        while group_alive(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
         leftovers: list[int] = []
-        if _group_alive(proc.pid):
+        if group_alive(proc.pid):
             leftovers.append(proc.pid)
             os.killpg(proc.pid, signal.SIGKILL)
         ranks = []
         for f in sorted(out_dir.glob("rank*.json"), key=lambda p: int(p.stem[4:])):
             ranks.append(json.loads(f.read_text()))
-        leftovers += [int(r["pid"]) for r in ranks if _pid_alive(int(r["pid"]))]
+        leftovers += [int(r["pid"]) for r in ranks if pid_alive(int(r["pid"]))]
         return Launch(
             rc,
             timed_out,

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from conftest import Launch, Mode, Smoke, Torchrun
@@ -67,21 +65,35 @@ def test_allreduce_bandwidth(ar_run: Launch, mode: Mode, smoke: Smoke) -> None:
     assert rows, ar_run.explain()
     smoke.bandwidth(rows)
     n = mode.nproc
-    factor = bench.busbw_factor(n)
+    # independent of gpufleet.bench: recompute every row from the raw per-iteration timings
+    # and byte counts each rank recorded (nccl-tests PERFORMANCE.md: algbw = bytes / time,
+    # busbw = algbw * 2(n-1)/n for all_reduce; time = max over ranks of the mean iteration)
+    raw = {r["rank"]: {x["size_bytes"]: x for x in r["raw"]} for r in ar_run.ranks}
+    assert sorted(raw) == list(range(n)), ar_run.explain()
+    exact = n * (n + 1) / 2
     for row in rows:
         assert row.world_size == n
         assert row.backend == mode.backend
-        assert row.time_us > 0
-        assert math.isfinite(row.time_us)
-        assert row.algbw == pytest.approx(
-            row.size_bytes / (row.time_us * 1e-6) / 1e9, rel=1e-3, abs=1e-4
-        )
-        assert row.busbw == pytest.approx(row.algbw * factor, rel=1e-3, abs=1e-4)
-        assert row.count * bench.DTYPE_SIZES[row.dtype] == row.size_bytes
+        per_rank = [raw[k][row.size_bytes] for k in range(n)]
+        for k, x in enumerate(per_rank):
+            assert (
+                x["count"] * {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}[x["dtype"]]
+                == row.size_bytes
+            )
+            assert len(x["iter_s"]) >= 1 and all(t > 0 for t in x["iter_s"])
+            assert x["reduced_min"] == x["reduced_max"] == exact, (
+                f"rank {k}, {row.size_bytes} B: reduced values in "
+                f"[{x['reduced_min']}, {x['reduced_max']}], expected exactly {exact}"
+            )
+        t = max(sum(x["iter_s"]) / len(x["iter_s"]) for x in per_rank)
+        algbw = row.size_bytes / t / 1e9
+        assert row.time_us == pytest.approx(t * 1e6, rel=1e-3)
+        assert row.algbw == pytest.approx(algbw, rel=1e-3, abs=1e-4)
+        assert row.busbw == pytest.approx(algbw * 2 * (n - 1) / n, rel=1e-3, abs=1e-4)
     r0 = next(r for r in ar_run.ranks if r["rank"] == 0)
     gate = r0["gate"]
     smoke.meta(
-        busbw_factor=factor,
+        busbw_factor=2 * (n - 1) / n,
         threshold=r0["threshold"],
         threshold_source=r0["threshold_source"],
         time="max over ranks of the per-iteration mean",

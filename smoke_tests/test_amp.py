@@ -51,7 +51,7 @@ def test_amp_step(device: str, dtype: str, mode: Mode, smoke: Smoke) -> None:
         out = model(x)
         assert out.dtype == tdtype, f"autocast produced {out.dtype}, expected {tdtype}"
         loss = torch.nn.functional.mse_loss(out.float(), y)
-    scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
+    scaler.scale(loss).backward()  # type: ignore[no-untyped-call]  # torch: Tensor.backward is unannotated
     before = [p.detach().clone() for p in model.parameters()]
     scaler.step(opt)
     scaler.update()

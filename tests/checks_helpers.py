@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +17,25 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
-RECORDINGS = FIXTURES / "nvml"
 MANIFEST = FIXTURES / "manifest-h100-cu128.json"
+
+
+def _generate_recordings() -> Path:
+    """The NVML recordings, written once per test process into a temporary folder: the
+    committed base and H200 recordings plus every change set of tests/fixtures/nvml/generate.py."""
+    spec = importlib.util.spec_from_file_location(
+        "gpufleet_nvml_fixtures", FIXTURES / "nvml" / "generate.py"
+    )
+    assert spec is not None and spec.loader is not None
+    generate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generate)
+    out = Path(tempfile.mkdtemp(prefix="gpufleet-nvml-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
+    generate.write_all(out)
+    return out
+
+
+RECORDINGS = _generate_recordings()
 
 
 @dataclass

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from playbook_runner import ansible_env, run_playbook
+
 REPO = Path(__file__).resolve().parents[1]
 COLLECTIONS = REPO / "collections"
 FAKES = Path(__file__).resolve().parent / "fakes"
-VENV_BIN = Path(sys.executable).parent
 
 
 def install_collection_finder() -> None:
@@ -75,37 +76,15 @@ def ansible_playbook(
 ) -> subprocess.CompletedProcess[str]:
     """Run a play against localhost (local connection); ``interpreter`` passes the venv's
     Python as ansible_python_interpreter (extra var: nothing can override it)."""
-    full_env = dict(os.environ)
-    full_env.update(
-        {
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_FORCE_COLOR": "0",
-            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
-            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
-            "ANSIBLE_RETRY_FILES_ENABLED": "0",
-            "ANSIBLE_LOCALHOST_WARNING": "0",
-            "PATH": f"{VENV_BIN}{os.pathsep}{full_env.get('PATH', '')}",
-        }
-    )
-    full_env.update(env or {})
-    return subprocess.run(
-        [
-            str(VENV_BIN / "ansible-playbook"),
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            *(["-e", f"ansible_python_interpreter={sys.executable}"] if interpreter else []),
-            str(playbook),
-            *args,
-        ],
-        cwd=REPO,
-        env=full_env,
-        capture_output=True,
-        text=True,
+    return run_playbook(
+        playbook,
+        "-c",
+        "local",
+        *(["-e", f"ansible_python_interpreter={sys.executable}"] if interpreter else []),
+        *args,
+        inventory="localhost,",
+        env=ansible_env(env, json_results=True),
         timeout=timeout,
-        check=False,
     )
 
 
@@ -135,3 +114,45 @@ def write_role_play(
     ]
     play.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
     return play
+
+
+def gpg_test_key(home: Path) -> tuple[Path, str]:
+    """A throw-away ed25519 signing key in GNUPGHOME ``home``: (armored public key file,
+    fingerprint), for the repository-key checks of the driver and toolkit roles."""
+    env = dict(os.environ, GNUPGHOME=str(home))
+    subprocess.run(
+        [
+            "gpg",
+            "--batch",
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "gpufleet test <test@gpufleet.invalid>",
+            "ed25519",
+            "sign",
+            "never",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+
+    def gpg(*args: str) -> str:
+        return subprocess.run(
+            ["gpg", "--batch", *args], env=env, check=True, capture_output=True, text=True
+        ).stdout
+
+    key = home / "test.asc"
+    key.write_text(gpg("--armor", "--export"), encoding="utf-8")
+    colons = gpg("--with-colons", "--fingerprint")
+    return key, next(x.split(":")[9] for x in colons.splitlines() if x.startswith("fpr"))
+
+
+def write_results_task(dest: Path, **extra: Any) -> dict[str, Any]:
+    """The last task of a block/rescue case play: write the collected ``r`` as JSON to
+    ``dest``; ``extra`` adds task keywords (``check_mode: false``)."""
+    return {
+        "name": "write",
+        "ansible.builtin.copy": {"content": "{{ r | to_json }}", "dest": str(dest), "mode": "0644"},
+        **extra,
+    }

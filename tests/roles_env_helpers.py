@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from playbook_runner import BIN, REPO, ansible_env, run_playbook
+
+__all__ = ["BIN", "REPO", "ansible_env"]  # re-exported for the tests
+
 PLAY = REPO / "tests" / "playbooks" / "roles_env.yml"
 
 # A plan as preflight would set it (docs/architecture.md, "The plan").
@@ -32,21 +33,6 @@ PLAN: dict[str, Any] = {
     "gpu_archs": ["sm_80"],
     "notes": [],
 }
-
-
-def ansible_env() -> dict[str, str]:
-    """The environment of an ansible run: repo config, no colour, no inherited pip config."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "ANSIBLE_"))}
-    env.update(
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_FORCE_COLOR="0",
-        ANSIBLE_RETRY_FILES_ENABLED="0",
-        ANSIBLE_ROLES_PATH=str(REPO / "roles"),
-        ANSIBLE_COLLECTIONS_PATH=str(REPO / "collections"),
-        PATH=f"{BIN}:{env.get('PATH', '')}",
-    )
-    return env
 
 
 def write_inventory(path: Path, peers: dict[str, str] | None = None, **localhost: Any) -> Path:
@@ -75,23 +61,15 @@ def run_roles(
     inv = inventory or write_inventory(tmp_path / "inventory.json")
     varfile = tmp_path / f"vars-{len(list(tmp_path.glob('vars-*.json')))}.json"
     varfile.write_text(json.dumps({"roles_under_test": roles, **extra}))
-    return subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            "-i",
-            str(inv),
-            "--limit",
-            "localhost",
-            str(PLAY),
-            "-e",
-            f"@{varfile}",
-        ],
-        cwd=REPO,
+    return run_playbook(
+        PLAY,
+        "--limit",
+        "localhost",
+        "-e",
+        f"@{varfile}",
+        inventory=inv,
         env=ansible_env(),
-        capture_output=True,
-        text=True,
         timeout=timeout,
-        check=False,
     )
 
 
@@ -105,3 +83,28 @@ def recap(result: subprocess.CompletedProcess[str]) -> dict[str, int]:
 
 def output(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout + result.stderr
+
+
+#: A node's InfiniBand ports for ib_tree: two active InfiniBand ports, one without link
+#: partner (Polling), one active RoCE (Ethernet) front-end port.
+IB_PORTS = (
+    ("mlx5_0", "4: ACTIVE", "5: LinkUp", "InfiniBand"),
+    ("mlx5_1", "4: ACTIVE", "5: LinkUp", "InfiniBand"),
+    ("mlx5_2", "1: DOWN", "2: Polling", "InfiniBand"),
+    ("mlx5_3", "4: ACTIVE", "5: LinkUp", "Ethernet"),
+)
+
+
+def ib_tree(root: Path) -> Path:
+    """A /sys/class/infiniband-like tree of IB_PORTS under ``root`` (idempotent)."""
+    for hca, state, phys, layer in IB_PORTS:
+        d = root / hca / "ports" / "1"
+        d.mkdir(parents=True, exist_ok=True)
+        for name, text in (
+            ("state", state),
+            ("phys_state", phys),
+            ("link_layer", layer),
+            ("rate", "400 Gb/sec (4X NDR)"),
+        ):
+            (d / name).write_text(text + "\n")
+    return root

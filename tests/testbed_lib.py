@@ -1,5 +1,5 @@
-"""Shared helpers for the fault scenarios (tests/test_faults.py) and the cluster benchmark
-(tests/bench_cluster.py) on the simulated cluster: run make / ansible-playbook with timing,
+"""Shared helpers for the fault scenarios (tests/integration/test_faults.py) and the cluster benchmark
+(tests/bench/bench_cluster.py) on the simulated cluster: run make / ansible-playbook with timing,
 read PLAY RECAP, and inject faults inside a node's own namespaces (firewall rules, link
 state, processes) without going through the network being broken.
 
@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "testbed") not in sys.path:
@@ -202,9 +203,10 @@ def verify(run_id: str, *extra: str, timeout: float = 1200, log: Path | None = N
     )
 
 
-def summary(run_id: str) -> dict:  # type: ignore[type-arg]
+def summary(run_id: str) -> dict[str, Any]:
     path = REPO / "reports" / run_id / "summary.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    data: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+    return data
 
 
 # --------------------------------------------------------------------------- nodes
@@ -347,7 +349,9 @@ def leftovers(node: config.Node) -> list[tuple[int, str]]:
     return [(p, a) for p, a in processes(node) if LEFTOVER.search(a) and "ps -eo" not in a]
 
 
-def wait_no_leftovers(node_list: Sequence[config.Node], limit: float) -> tuple[float, dict]:  # type: ignore[type-arg]
+def wait_no_leftovers(
+    node_list: Sequence[config.Node], limit: float
+) -> tuple[float, dict[str, list[tuple[int, str]]]]:
     """Poll until no node runs a verify process or ``limit`` seconds pass.
     Returns (seconds waited, {node: leftovers})."""
     start = time.monotonic()

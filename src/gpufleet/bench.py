@@ -19,6 +19,7 @@ import torch; :func:`run_sweep` and :func:`check_allreduce` do, lazily.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -309,13 +310,17 @@ def run_sweep(
     device: Any,
     backend: str,
     progress: Callable[[BandwidthRow], None] | None = None,
+    raw: list[dict[str, Any]] | None = None,
 ) -> list[BandwidthRow]:
     """Time in-place all-reduce for each size on the default process group.
 
     Per size: check one all-reduce of the rank+1 pattern (``wrong``), then ``warmup``
     untimed and ``iters`` timed iterations on a zero buffer (values stay bounded).
     The reported time is the max over ranks of the local per-iteration mean.
-    ``progress`` is called with each row as soon as its size is done.
+    ``progress`` is called with each row as soon as its size is done. ``raw`` (when given)
+    gets this rank's measurements per size: bytes, count, every timed iteration in seconds
+    (CUDA events on GPU, perf_counter around each blocking call on CPU) and the min/max of
+    the reduced rank+1 buffer, so that a reader can recompute the row independently.
     """
     import torch
     import torch.distributed as dist
@@ -335,16 +340,27 @@ def run_sweep(
         buf = torch.full((count,), float(rank + 1), dtype=tdtype, device=device)
         dist.all_reduce(buf)
         wrong = int((buf != float(expected_sum(world))).sum().item())
+        reduced = (float(buf.min().item()), float(buf.max().item()))
         buf.zero_()
         for _ in range(warmup):
             dist.all_reduce(buf)
         sync()
         dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(buf)
-        sync()
-        local = (time.perf_counter() - t0) / max(1, iters)
+        times = _timed_iters(
+            functools.partial(dist.all_reduce, buf), iters, device if cuda else None
+        )
+        local = sum(times) / max(1, len(times))
+        if raw is not None:
+            raw.append(
+                {
+                    "size_bytes": count * DTYPE_SIZES[dtype],
+                    "count": count,
+                    "dtype": dtype,
+                    "iter_s": times,
+                    "reduced_min": reduced[0],
+                    "reduced_max": reduced[1],
+                }
+            )
         tmax = torch.tensor([local], dtype=torch.float64, device=device)
         dist.all_reduce(tmax, op=dist.ReduceOp.MAX)
         wbuf = torch.tensor([wrong], dtype=torch.int64, device=device)
@@ -358,3 +374,30 @@ def run_sweep(
             progress(row)
         del buf
     return rows
+
+
+def _timed_iters(op: Callable[[], Any], iters: int, cuda_device: Any) -> list[float]:
+    """Seconds per call of ``op``: CUDA events around each call on GPU (one host sync at
+    the end, so the stream is not stalled between iterations), perf_counter on CPU."""
+    import torch
+
+    if cuda_device is None:
+        out = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            op()
+            out.append(time.perf_counter() - t0)
+        return out
+    events = [
+        (
+            torch.cuda.Event(enable_timing=True),  # type: ignore[no-untyped-call]
+            torch.cuda.Event(enable_timing=True),  # type: ignore[no-untyped-call]
+        )
+        for _ in range(iters)
+    ]
+    for start, end in events:
+        start.record()
+        op()
+        end.record()
+    torch.cuda.synchronize(cuda_device)
+    return [start.elapsed_time(end) / 1e3 for start, end in events]

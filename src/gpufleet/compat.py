@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,14 @@ class ArchSet:
     ptx: str | None
     source: str
 
+    @property
+    def arch_list(self) -> tuple[str, ...]:
+        """The set as ``torch.cuda.get_arch_list()`` writes it: sm_80, ..., compute_90."""
+        names = [f"sm_{s.replace('.', '')}" for s in self.sass]
+        if self.ptx is not None:
+            names.append(f"compute_{self.ptx.replace('.', '')}")
+        return tuple(names)
+
 
 @dataclass(frozen=True)
 class Cuda:
@@ -59,6 +67,19 @@ class Cuda:
     def ga_branch(self) -> int:
         return V.driver_branch(self.ga_driver)
 
+    @cached_property
+    def version_v(self) -> V.Version:
+        return V.parse(self.version)
+
+    @cached_property
+    def floor_v(self) -> V.Version:
+        """The minor-version-compatibility driver floor, parsed."""
+        return V.parse(self.floor)
+
+    @cached_property
+    def ga_driver_v(self) -> V.Version:
+        return V.parse(self.ga_driver)
+
 
 @dataclass(frozen=True)
 class El:
@@ -71,6 +92,18 @@ class El:
     branch_max: int | None
     why_unsupported: str
     source: str
+
+    @cached_property
+    def glibc_v(self) -> V.Version:
+        return V.parse(self.glibc)
+
+    @cached_property
+    def cuda_max_v(self) -> V.Version | None:
+        return V.parse(self.cuda_max) if self.cuda_max else None
+
+    @cached_property
+    def cuda_min_v(self) -> V.Version | None:
+        return V.parse(self.cuda_min) if self.cuda_min else None
 
 
 @dataclass(frozen=True)
@@ -102,6 +135,15 @@ class TorchRelease:
     @property
     def latest(self) -> str:
         return self.patches[-1]
+
+    @cached_property
+    def python_v(self) -> tuple[V.Version, V.Version]:
+        """The (lowest, highest) Python minor the release publishes wheels for, parsed."""
+        return V.parse(self.python[0]), V.parse(self.python[1])
+
+    @cached_property
+    def glibc_v(self) -> V.Version:
+        return V.parse(self.glibc)
 
     def variants_for(self, patch: str) -> list[Variant]:
         """Variants published for this exact patch release (cpu excluded), newest CUDA last."""

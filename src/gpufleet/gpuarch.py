@@ -7,6 +7,7 @@ data/compat.json; this module only parses and matches.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from gpufleet.compat import Family, load
@@ -14,7 +15,8 @@ from gpufleet.compat import Family, load
 # compute capability as (major, minor)
 CC = tuple[int, int]
 
-_SM = re.compile(r"^(?:sm_?|compute_?)?(\d{1,2})(\d)$", re.IGNORECASE)
+# sm_90, sm90, 90, compute_90; an sm_90a / sm_100f build suffix names the same capability.
+_SM = re.compile(r"^(?:sm_?|compute_?)?(\d{1,2})(\d)[af]?$", re.IGNORECASE)
 _DOTTED_CC = re.compile(r"^(\d{1,2})\.(\d)$")
 _CODENAME = re.compile(r"^[A-Z]{2}\d{2,3}[A-Z]*$")
 # "3b:00.0 3D controller [0302]: NVIDIA Corporation GA100 [A100 SXM4 40GB] [10de:20b0] (rev a1)"
@@ -23,6 +25,9 @@ _LSPCI = re.compile(
     r"(?P<cls>[^:\[]+?)\s*(?:\[(?P<clsid>[0-9a-fA-F]{4})\])?:\s*"
     r"(?P<desc>.*?)\s*(?:\[10de:(?P<dev>[0-9a-fA-F]{4})\])?\s*(?:\(rev [0-9a-fA-F]+\))?\s*$"
 )
+# A wheel's arch list entry: SASS sm_XY (sm_XYa arch-specific, sm_XYf family-specific) or
+# PTX compute_XY; the last digit is the minor ("sm_100" is 10.0).
+_ARCH_ENTRY = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
 _GPU_CLASSES = {"0300", "0302"}
 _GPU_CLASS_NAMES = {"vga compatible controller", "3d controller"}
 
@@ -69,7 +74,7 @@ def family_of(cc: CC) -> Family:
 
 
 def parse_arch(text: str) -> CC:
-    """Accept 'sm_80', 'sm80', '80', '8.0', 'compute_90' or a codename like 'GA100'."""
+    """Accept 'sm_80', 'sm80', '80', '8.0', 'compute_90', 'sm_90a' or a codename like 'GA100'."""
     raw = text.strip()
     if not raw:
         raise ArchError("empty GPU architecture")
@@ -93,6 +98,43 @@ def parse_arch(text: str) -> CC:
             )
     family_of(cc)  # raises for capabilities outside every known family
     return cc
+
+
+def covers(cc: CC, arch_list: Iterable[str]) -> str | None:
+    """How a build's arch list (``torch.cuda.get_arch_list()`` style) runs on ``cc``, or None.
+
+    SASS ``sm_XY`` (and family-specific ``sm_XYf``) runs on the same major with minor <= the
+    device's; arch-specific ``sm_XYa`` only on exactly X.Y; PTX ``compute_XY`` is
+    JIT-compiled on any cc >= X.Y. The answer names the best entry: "SASS sm_86" or
+    "PTX compute_90 (JIT-compiled at first use)". Unreadable entries are ignored.
+    """
+    major, minor = cc
+    sass: list[tuple[int, str]] = []
+    ptx: list[tuple[CC, str]] = []
+    for raw in arch_list:
+        arch = raw.strip()
+        m = _ARCH_ENTRY.match(arch)
+        if not m:
+            continue
+        kind, have = m.group(1), (int(m.group(2)), int(m.group(3)))
+        if kind == "sm":
+            if m.group(4) == "a" and have != cc:
+                continue
+            if have[0] == major and have[1] <= minor:
+                sass.append((have[1], arch))
+        elif have <= cc:
+            ptx.append((have, arch))
+    if sass:
+        return f"SASS {max(sass)[1]}"
+    if ptx:
+        return f"PTX {max(ptx)[1]} (JIT-compiled at first use)"
+    return None
+
+
+def open_modules_supported(cc: CC) -> bool:
+    """Whether NVIDIA's open kernel modules drive a GPU of compute capability ``cc``
+    (data/compat.json ``policy.open_modules_min_cc``: Turing, 7.5, and newer)."""
+    return cc >= parse_cc(load().policy.open_modules_min_cc)
 
 
 @dataclass(frozen=True)

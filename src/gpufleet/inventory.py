@@ -7,9 +7,7 @@ Two kinds, both pure functions over plain values (stdlib only):
   nodes, the cluster network is a CIDR and holds the nodes' addresses, the rendezvous port
   is a TCP port, and the cluster-wide settings agree between nodes
   (:func:`inventory_problems`, :func:`check_inventory`);
-- value ranges of role variables that an argument spec cannot express (a count >= 1, a
-  timeout > 0, a port 1-65535) (:func:`range_problems`), with the verify role's own set
-  (:func:`verify_settings_problems`).
+- (the values of single variables, ranges included, are gpufleet.boundary's job).
 
 Every message names the variable, the value given and what is allowed, e.g.
 ``gpufleet_cluster_address='10.0.0.5' is used by node1 and node2: every node needs its own
@@ -26,7 +24,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpufleet.bench import parse_sizes
 from gpufleet.errors import RefusedError
 
 DEFAULT_GROUP = "gpu_nodes"
@@ -36,7 +33,6 @@ CIDR_ALLOWED = (
 PORT_ALLOWED = "an integer 1-65535"
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MAX_LISTED = 8
 
 
@@ -55,18 +51,6 @@ class InventoryNode:
     master: object = None
     cidr: object = None
     rdzv_port: object = None
-
-
-@dataclass(frozen=True)
-class Range:
-    """An integer (or number) variable with its bounds and the words for what is allowed."""
-
-    name: str
-    value: object
-    minimum: float | None = None
-    maximum: float | None = None
-    allowed: str = ""
-    number: bool = False  # True: any number (float); False: an integer
 
 
 def show(value: object) -> str:
@@ -116,65 +100,6 @@ def as_number(value: object) -> float | None:
         except ValueError:
             return None
     return None
-
-
-def _bounds(item: Range) -> str:
-    kind = "a number" if item.number else "an integer"
-    lo, hi = item.minimum, item.maximum
-
-    def fmt(x: float) -> str:
-        return f"{x:g}"
-
-    if lo is not None and hi is not None:
-        return f"{kind} {fmt(lo)}-{fmt(hi)}"
-    if lo is not None:
-        return f"{kind} >= {fmt(lo)}"
-    if hi is not None:
-        return f"{kind} <= {fmt(hi)}"
-    return kind
-
-
-def range_problems(items: Iterable[Range], node: str = "") -> list[str]:
-    """One message per value that is not a number in its range.
-
-    ``node: verify_iters=0 is out of range -> allowed: an integer >= 1 (timed iterations)``
-    """
-    prefix = f"{node}: " if node else ""
-    out = []
-    for item in items:
-        allowed = _bounds(item) + (f" ({item.allowed})" if item.allowed else "")
-        number = as_number(item.value) if item.number else as_int(item.value)
-        if number is None:
-            kind = "a number" if item.number else "an integer"
-            out.append(
-                f"{prefix}{item.name}={show(item.value)} is not {kind} -> allowed: {allowed}"
-            )
-            continue
-        if (item.minimum is not None and number < item.minimum) or (
-            item.maximum is not None and number > item.maximum
-        ):
-            out.append(
-                f"{prefix}{item.name}={show(item.value)} is out of range -> allowed: {allowed}"
-            )
-    return out
-
-
-def ranges_from_mappings(rows: Iterable[Mapping[str, Any]]) -> list[Range]:
-    """Ranges from ``{name, value, min, max, allowed, number}`` mappings (Ansible lists)."""
-    out = []
-    for row in rows:
-        lo, hi = row.get("min"), row.get("max")
-        out.append(
-            Range(
-                name=str(row["name"]),
-                value=row.get("value"),
-                minimum=None if lo is None else float(lo),
-                maximum=None if hi is None else float(hi),
-                allowed=str(row.get("allowed") or ""),
-                number=bool(row.get("number", False)),
-            )
-        )
-    return out
 
 
 # --------------------------------------------------------------------------- the inventory
@@ -338,59 +263,5 @@ def nodes_from_hostvars(
                 cidr=hv.get("gpufleet_cluster_cidr"),
                 rdzv_port=hv.get("gpufleet_rdzv_port"),
             )
-        )
-    return out
-
-
-# --------------------------------------------------------------------------- verify's values
-
-VERIFY_RANGES: tuple[tuple[str, float | None, float | None, str, bool], ...] = (
-    # name, minimum, maximum, what it is, any number (else integer)
-    ("verify_gpus_per_node", 0, None, "0 = one rank per visible GPU", False),
-    ("verify_cpu_nproc", 1, None, "ranks per node in CPU mode", False),
-    ("verify_warmup", 0, None, "untimed iterations per size", False),
-    ("verify_iters", 1, None, "timed iterations per size", False),
-    ("verify_busbw_min", 0, None, "GB/s; 0 = the expected-busbw table", True),
-    ("verify_collective_timeout", 1, None, "seconds", False),
-    ("verify_rdzv_timeout", 1, None, "seconds", False),
-    ("verify_launch_timeout", 1, None, "seconds", False),
-    ("verify_checks_timeout", 1, None, "seconds", False),
-    ("verify_smoke_timeout", 1, None, "seconds", False),
-    ("verify_probe_timeout", 1, None, "seconds per connect try", False),
-    ("verify_probe_retries", 1, None, "tries per target", False),
-    ("verify_probe_listen_s", 1, None, "seconds", False),
-    ("verify_probe_port", 1, 65535, "TCP port", False),
-)
-
-
-def verify_settings_problems(settings: Mapping[str, Any], node: str = "") -> list[str]:
-    """Problems of the verify role's values (the keys present in ``settings``)."""
-    prefix = f"{node}: " if node else ""
-    items = [
-        Range(name, settings[name], lo, hi, what, number)
-        for name, lo, hi, what, number in VERIFY_RANGES
-        if name in settings
-    ]
-    out = range_problems(items, node)
-    sizes = settings.get("verify_sizes")
-    if isinstance(sizes, str) and sizes.strip():
-        try:
-            parse_sizes(sizes)
-        except RefusedError as exc:
-            out.append(
-                f"{prefix}verify_sizes={show(sizes)} cannot be read ({exc}) -> allowed: a comma "
-                'list of sizes > 0 in bytes or with K, M, G, e.g. "4K,64K,1M,8M"; "" = '
-                "per-mode defaults"
-            )
-    elif sizes is not None and not isinstance(sizes, str):
-        out.append(
-            f"{prefix}verify_sizes={show(sizes)} is not a string -> allowed: a comma list such "
-            'as "4K,64K,1M,8M"; "" = per-mode defaults'
-        )
-    run_id = settings.get("verify_run_id")
-    if _is_set(run_id) and not _RUN_ID.match(str(run_id)):
-        out.append(
-            f"{prefix}verify_run_id={show(run_id)} cannot name a directory -> allowed: 1-128 "
-            'of A-Z a-z 0-9 . _ - starting with a letter or digit; "" = a UTC timestamp'
         )
     return out

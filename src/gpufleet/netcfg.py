@@ -9,9 +9,11 @@ under ``ansible_facts``, i.e. without the ``ansible_`` prefix).
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import RefusedError
@@ -248,3 +250,21 @@ def peer_addresses(hostvars: Mapping[str, Any], hosts: Iterable[str], cidr: str)
         else:
             missing.append(host)
     return {"addresses": found, "missing": missing}
+
+
+def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """KEY=VALUE lines (``export`` and quotes allowed, # comments), as in /etc/gpufleet/nccl.env."""
+    env: dict[str, str] = {}
+    p = Path(path)
+    if not p.is_file():
+        return env
+    for raw in p.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, value = line.removeprefix("export ").split("=", 1)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[key.strip()] = value
+    return env

@@ -19,21 +19,19 @@ this node's interfaces (wrong interface or CIDR).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import errno
-import json
 import os
+import re
 import selectors
 import socket
-import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.errors import GpufleetError, RefusedError
+from gpufleet.errors import RefusedError
 from gpufleet.results import Record, ResultFile
 
 
@@ -63,6 +61,13 @@ class ProbeResult:
         if self.ok:
             return f"ok      {what} {self.seconds * 1000:.1f} ms"
         return f"BLOCKED {what}: {self.error}; likely cause: {self.cause}"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago (bind to port 0, read it back)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def parse_target(text: str) -> Target:
@@ -136,6 +141,14 @@ def probe(
         ok, err, extra, secs = False, "", "", 0.0
         for attempt in range(max(1, retries)):
             ok, err, extra, secs = connect_once(t, timeout)
+            if ok and extra != t.name:
+                # something accepted, but not the target's pre-check listener: another
+                # process holds the port (a squatter on the rendezvous port, an old run)
+                ok, err = False, f"connected, but the listener answered {extra!r}, not {t.name!r}"
+                extra = (
+                    f"another process holds port {t.port} on {t.name}, not gpufleet's "
+                    "pre-check listener (see that node's listen record)"
+                )
             if ok:
                 break
             if attempt + 1 < retries:
@@ -157,7 +170,89 @@ def probe(
     return results
 
 
-def serve(name: str, bind: str, ports: Sequence[int], duration: float, expect: int = 0) -> int:
+def _listen_inodes(port: int, proc: Path) -> set[str]:
+    """Socket inodes of TCP listeners on ``port`` (any address) from /proc/net/tcp{,6}."""
+    inodes: set[str] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (proc / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            # local_address is ADDR:PORT in hex; state 0A is LISTEN
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(cols[9])
+    return inodes
+
+
+def port_holder(port: int, proc: Path = Path("/proc")) -> str:
+    """``PID <pid> (<command line>)`` of the process listening on TCP ``port``, or "" when
+    none is found (another user's process without privileges to read it, or a network
+    namespace this one cannot see)."""
+    inodes = _listen_inodes(port, proc)
+    if not inodes:
+        return ""
+    wanted = {f"socket:[{i}]" for i in inodes}
+    for pid_dir in proc.iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            fds = os.listdir(pid_dir / "fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(pid_dir / "fd" / fd) in wanted:
+                    raw = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ").strip()
+                    cmd = raw.decode("utf-8", "replace")[:160] or "?"
+                    return f"PID {pid_dir.name} ({cmd})"
+            except OSError:
+                continue
+    return ""
+
+
+class PortInUse(RefusedError):
+    """A port the pre-check must listen on is held by another process."""
+
+    def __init__(self, node: str, bind: str, port: int, holder: str, role: str) -> None:
+        who = f"in use by {holder}" if holder else "in use by another process"
+        super().__init__(
+            f"{node}: {role} port {bind}:{port} is already {who} -> stop that process or "
+            f"set another {'gpufleet_rdzv_port' if role == 'rendezvous' else 'verify_probe_port'}"
+        )
+        self.node, self.bind, self.port, self.holder, self.role = node, bind, port, holder, role
+
+
+def listen_failure_file(node: str, exc: PortInUse) -> ResultFile:
+    """The probe-listen result of a node whose listener could not start."""
+    return ResultFile(
+        kind="probe-listen",
+        node=node,
+        mode="net",
+        started=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        records=[
+            Record(
+                name=f"listen {exc.bind}:{exc.port} ({exc.role})",
+                status="fail",
+                node=node,
+                value=exc.holder or "in use",
+                message=str(exc),
+                remedy=f"on {node}: ss -ltnp 'sport = :{exc.port}' shows the holder; stop it "
+                "or choose another port",
+            )
+        ],
+    )
+
+
+def serve(
+    name: str,
+    bind: str,
+    ports: Sequence[int],
+    duration: float,
+    expect: int = 0,
+    roles: Mapping[int, str] | None = None,
+) -> int:
     """Accept connections until ``duration`` or ``expect`` accepted; return the count."""
     sel = selectors.DefaultSelector()
     socks = []
@@ -169,9 +264,12 @@ def serve(name: str, bind: str, ports: Sequence[int], duration: float, expect: i
                 s.bind((bind, port))
             except OSError as exc:
                 s.close()
+                role = (roles or {}).get(port, "probe")
+                if exc.errno == errno.EADDRINUSE:
+                    raise PortInUse(name, bind, port, port_holder(port), role) from exc
                 raise RefusedError(
-                    f"{name}: cannot listen on {bind}:{port} ({exc}); is a previous run "
-                    "still holding it? (make verify cleans up by PID; check ss -ltnp)"
+                    f"{name}: cannot listen on {bind}:{port} ({exc}): is {bind} an address "
+                    "of this node? (gpufleet_cluster_address, ip -br addr)"
                 ) from exc
             s.listen(64)
             s.setblocking(False)
@@ -195,60 +293,6 @@ def serve(name: str, bind: str, ports: Sequence[int], duration: float, expect: i
         for s in socks:
             s.close()
         sel.close()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="gpufleet probe",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_arguments(p)
-    try:
-        return run(p.parse_args(argv))
-    except GpufleetError as exc:
-        print(f"ERROR: {exc}", file=sys.stderr)
-        return exc.exit_code
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="probe_cmd", required=True)
-    s = sub.add_parser("serve", help="listen on ports for a while")
-    s.add_argument("--name", default=socket.gethostname())
-    s.add_argument("--bind", default="0.0.0.0")
-    s.add_argument("--port", type=int, action="append", required=True)
-    s.add_argument("--duration", type=float, default=60.0, help="seconds, hard limit")
-    s.add_argument("--expect", type=int, default=0, help="stop after N connections")
-    s.add_argument("--pidfile", default="", help="write this process's PID here")
-    c = sub.add_parser("connect", help="connect to targets, report blocked pairs")
-    c.add_argument("--name", default=socket.gethostname(), help="this node's name")
-    c.add_argument("--target", action="append", default=[], help="NAME=HOST:PORT[:ROLE]")
-    c.add_argument("targets", nargs="*", metavar="NAME=HOST:PORT[:ROLE]", help="more targets")
-    c.add_argument("--timeout", type=float, default=3.0, help="seconds per try")
-    c.add_argument("--retries", type=int, default=3)
-    c.add_argument("--json", default="", help="write results here")
-    c.add_argument("--result-json", default="", help="write a ResultFile (kind probe) here")
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.probe_cmd == "serve":
-        if args.pidfile:
-            Path(args.pidfile).write_text(f"{os.getpid()}\n", encoding="utf-8")
-        n = serve(args.name, args.bind, args.port, args.duration, args.expect)
-        print(f"{args.name}: accepted {n} connection(s) on {args.bind}:{args.port}")
-        return 0
-    targets = [parse_target(t) for t in [*args.target, *args.targets]]
-    t0 = time.time()
-    results = probe(args.name, targets, args.timeout, args.retries)
-    for r in results:
-        print(r.line())
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps([asdict(r) for r in results], indent=2) + "\n", encoding="utf-8"
-        )
-    if args.result_json:
-        result_file(args.name, results, time.time() - t0).write(args.result_json)
-    return 0 if all(r.ok for r in results) else 1
 
 
 def result_file(node: str, results: Sequence[ProbeResult], duration: float) -> ResultFile:
@@ -278,5 +322,59 @@ def result_file(node: str, results: Sequence[ProbeResult], duration: float) -> R
     )
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+def ifname_problems(env: Mapping[str, str], interfaces: Iterable[str]) -> list[str]:
+    """What is wrong with the interface names NCCL and gloo are told to use.
+
+    NCCL_SOCKET_IFNAME: ``=eth0`` means exactly eth0, ``eth`` every interface starting
+    with eth, ``^docker`` excludes, a comma list allows several (NCCL environment variables
+    documentation); GLOO_SOCKET_IFNAME: comma list of exact names. A rule that selects no
+    interface of this node makes the rendezvous fail later with "Unable to find address".
+    """
+    have = sorted(set(interfaces))
+    out = []
+    for var in IFNAME_VARS:
+        value = env.get(var, "")
+        if not value or value.startswith("^"):
+            continue
+        exact = var == "GLOO_SOCKET_IFNAME" or value.startswith("=")
+        names = [n for n in re.split(r"\s*,\s*", value.lstrip("=")) if n]
+        for n in names:
+            found = n in have if exact else any(i.startswith(n) for i in have)
+            if not found:
+                out.append(
+                    f"{var}={value!r} names {'interface' if exact else 'prefix'} {n!r}, which "
+                    f"no interface of this node has (it has: {', '.join(have) or 'none'})"
+                )
+    return out
+
+
+def node_interfaces(sysfs: Path = Path("/sys/class/net")) -> list[str]:
+    try:
+        return sorted(p.name for p in sysfs.iterdir())
+    except OSError:
+        return []
+
+
+def ifname_result_file(node: str, problems: Sequence[str], env_file: str) -> ResultFile:
+    return ResultFile(
+        kind="probe-ifaces",
+        node=node,
+        mode="net",
+        started=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        records=[
+            Record(
+                name="socket interfaces (nccl.env)",
+                status="fail" if problems else "pass",
+                node=node,
+                value="; ".join(problems) or "ok",
+                message="; ".join(problems) or f"every interface named in {env_file} exists",
+                remedy=""
+                if not problems
+                else f"fix {env_file} (cluster_network_interface, then make provision) or the "
+                "interface; ip -br link lists this node's interfaces",
+            )
+        ],
+    )

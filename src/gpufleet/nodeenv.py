@@ -10,17 +10,18 @@ Called through ``collections/ansible_collections/gpufleet/core/plugins/filter/to
 
 from __future__ import annotations
 
-import re
+import base64
+import binascii
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from gpufleet import versions as V
 from gpufleet.errors import RefusedError
 
 MANIFEST_SCHEMA = 1
-_VARIANT = re.compile(r"^(cpu|cu\d{2,3}|rocm\d+(\.\d+){0,2}|xpu)$")
-_TORCH_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 DEFAULT_PYTORCH_INDEX_ROOT = "https://download.pytorch.org/whl"
 
 
@@ -65,11 +66,11 @@ def torch_wheel(
                 "(gpufleet.core.plan)"
             )
     torch = str(plan["torch"])
-    if not _TORCH_VERSION.match(torch):
+    if not V.is_torch_version(torch):
         raise EnvConfigError(f"gpufleet_plan.torch={torch!r} is not a release X.Y.Z")
     plan_variant = str(plan["variant"])
     wanted = (variant or plan_variant).strip()
-    if not _VARIANT.match(wanted):
+    if not V.is_wheel_variant(wanted):
         raise EnvConfigError(
             f"torch_env_wheel_variant={wanted!r} is not a wheel variant "
             "(cpu, cuXXX such as cu128, rocmX.Y, xpu)"
@@ -183,3 +184,31 @@ def merge_manifest(existing: object, updates: Mapping[str, Any], now: str) -> di
     else:
         merged["provisioned_at"] = now
     return dict(sorted(merged.items()))
+
+
+def read_manifest(content_b64: object, path: str, node: str) -> dict[str, Any]:
+    """Parse a slurped manifest -> ``{"data": dict, "error": str | None}``.
+
+    ``content_b64`` is what ``ansible.builtin.slurp`` returned (base64; empty or missing
+    when the file does not exist). A file that is not a JSON object (truncated by a full
+    disk, invalid JSON, a list or a string) gives ``data`` ``{}`` and an ``error`` that
+    names the node and the file, so provisioning can rebuild it and verify can say which
+    file is broken instead of failing with a bare JSON error.
+    """
+    if content_b64 is None or content_b64 == "":
+        return {"data": {}, "error": None}
+    where = f"{node}: {path}"
+    try:
+        text = base64.b64decode(str(content_b64), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        return {"data": {}, "error": f"{where} is not readable text ({exc})"}
+    if not text.strip():
+        return {"data": {}, "error": f"{where} is empty"}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        return {"data": {}, "error": f"{where} is not valid JSON (truncated?): {exc}"}
+    if not isinstance(data, dict):
+        kind = type(data).__name__
+        return {"data": {}, "error": f"{where} holds a JSON {kind}, not an object"}
+    return {"data": data, "error": None}

@@ -9,7 +9,7 @@ The node checks (``checks/``) and ``gpufleet.health`` only see :class:`NodeReadi
   ``no_driver`` true; 15 (GPU is lost) on one GPU becomes that GPU's ``error``; 3
   (not supported) and 2 (invalid argument) on a counter become ``None`` for that counter.
 * :class:`RecordedReader` loads the ``"nvml"`` section of a JSON recording (the format
-  that ``python -m gpufleet.nvml --record FILE`` writes on a real node), so the checks can
+  that ``gpufleet nvml record --output FILE`` writes on a real node), so the checks can
   be tested on machines without a GPU.
 
 ``None`` in a reading always means "this GPU or driver does not report it" (for example
@@ -18,10 +18,9 @@ ECC counters on consumer GPUs); the checks skip with that reason instead of fail
 
 from __future__ import annotations
 
-import argparse
+import ctypes
 import json
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
@@ -130,6 +129,11 @@ class GpuReading:
     utilization_gpu: int | None = None  # percent
     memory_total: int | None = None  # bytes
     memory_used: int | None = None
+    # NVSwitch fabric (nvmlDeviceGetGpuFabricInfoV; Hopper and newer, see gpufleet.fabric)
+    fabric_state: int | None = None  # nvmlGpuFabricState_t: 0 not supported .. 3 completed
+    fabric_status: int | None = None  # nvmlReturn_t of the fabric registration (0 success)
+    fabric_cluster_uuid: str | None = None
+    fabric_clique_id: int | None = None
 
     @property
     def label(self) -> str:
@@ -382,6 +386,7 @@ class PynvmlReader:
             utilization_gpu=None if util is None else int(util.gpu),
             memory_total=None if mem is None else int(mem.total),
             memory_used=None if mem is None else int(mem.used),
+            **self._fabric(h),
         )
 
     def _ecc(self, h: Any, counter: int) -> int | None:
@@ -410,6 +415,30 @@ class PynvmlReader:
             if state is not None:
                 links.append((link, bool(state)))
         return tuple(links)
+
+    def _fabric(self, h: Any) -> dict[str, Any]:
+        """The GPU's NVSwitch fabric info (V call first, then the deprecated one); {} if absent."""
+        lib = self._lib()
+        for call, struct in (
+            ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+            ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"),
+        ):
+            getter, make = getattr(lib, call, None), getattr(lib, struct, None)
+            if getter is None or make is None:
+                continue
+            info = make()
+            if self._opt(lambda g=getter, i=info: g(h, ctypes.byref(i))) is None:  # type: ignore[misc]
+                continue
+            raw = bytes(info.clusterUuid)
+            hexed = raw.hex()
+            return {
+                "fabric_state": int(info.state),
+                "fabric_status": int(info.status),
+                "fabric_cluster_uuid": f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-"
+                f"{hexed[16:20]}-{hexed[20:32]}",
+                "fabric_clique_id": int(info.cliqueId),
+            }
+        return {}
 
     def _clock_reasons(self, h: Any) -> int | None:
         lib = self._lib()
@@ -457,33 +486,6 @@ def record_node(reader: NvmlReader) -> dict[str, Any]:
     return {"schema": RECORDING_SCHEMA, "recorded_at": now, "nvml": nvml}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gpufleet.nvml [--record FILE] [--full]``: print or save this node's
-    readings; exit 1 when NVML cannot start."""
-    parser = argparse.ArgumentParser(prog="python -m gpufleet.nvml", description=main.__doc__)
-    parser.add_argument("--record", metavar="FILE", help="write a recording to FILE")
-    parser.add_argument(
-        "--full",
-        action="store_true",
-        help="also record the other facts the checks read (torch, kernel modules, nvcc, "
-        "NVIDIA GPUs on the PCI bus, CUDA_VISIBLE_DEVICES, NVRM kernel log lines), so the "
-        "whole suite can replay this node with --nvml-recording",
-    )
-    args = parser.parse_args(argv)
-    with open_reader() as reader:
-        data = record_node(reader)
-    if args.full:
-        from gpufleet.nodefacts import record_facts  # noqa: PLC0415 (imports torch)
-
-        data.update(record_facts())
-    text = json.dumps(data, indent=2) + "\n"
-    if args.record:
-        Path(args.record).write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-    return 0 if "error" not in data["nvml"] else 1
-
-
 __all__ = [
     "GpuReading",
     "NodeReading",
@@ -496,6 +498,3 @@ __all__ = [
     "open_reader",
     "record_node",
 ]
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -14,14 +14,24 @@ Only the standard library is imported here, so `gpufleet plan` answers fast.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from functools import cached_property
 from typing import Any
 
 from gpufleet import versions as V
 from gpufleet.compat import CompatData, Cuda, TorchRelease, Variant, load
 from gpufleet.errors import RefusedError
-from gpufleet.gpuarch import CC, ArchError, cc_str, family_of, parse_arch, parse_cc, sm
+from gpufleet.gpuarch import (
+    CC,
+    ArchError,
+    cc_str,
+    covers,
+    family_of,
+    open_modules_supported,
+    parse_arch,
+    sm,
+)
 from gpufleet.osinfo import OsError, TargetOs, parse_os
 
 CPU = "cpu"
@@ -45,8 +55,26 @@ class PlanRequest:
     python: str | None = None
 
     @classmethod
-    def from_mapping(cls, data: dict[str, Any]) -> PlanRequest:
-        """Build from loosely typed input (Ansible vars, JSON). Empty strings mean unset."""
+    def from_mapping(cls, data: Mapping[str, Any] | str) -> PlanRequest:
+        """Build from loosely typed input (Ansible vars, JSON): the one normalisation.
+
+        ``data`` is a mapping of :data:`REQUEST_FIELDS` or a bare torch version. Empty
+        strings and None mean unset; ``gpu_archs`` is a list or one string split at commas
+        and blanks. Raises RefusedError for unknown keys or a missing torch version.
+        """
+        if isinstance(data, str):
+            data = {"torch": data}
+        elif not isinstance(data, Mapping):
+            raise RefusedError(
+                f"plan input must be a mapping of {', '.join(REQUEST_FIELDS)} or a torch "
+                f"version string, got {type(data).__name__}"
+            )
+        unknown = sorted(set(data) - set(REQUEST_FIELDS))
+        if unknown:
+            raise RefusedError(
+                f"unknown input(s) {', '.join(map(str, unknown))}; known: "
+                + ", ".join(REQUEST_FIELDS)
+            )
 
         def opt(key: str) -> str | None:
             value = data.get(key)
@@ -56,7 +84,7 @@ class PlanRequest:
 
         archs = data.get("gpu_archs") or ()
         if isinstance(archs, str):
-            archs = [a for a in archs.replace(" ", ",").split(",") if a]
+            archs = archs.replace(" ", ",").split(",")
         torch = opt("torch")
         if torch is None:
             raise RefusedError("torch version is required (gpufleet_torch_version / --torch)")
@@ -65,9 +93,13 @@ class PlanRequest:
             variant=opt("variant"),
             os=opt("os"),
             driver=opt("driver"),
-            gpu_archs=tuple(str(a) for a in archs),
+            gpu_archs=tuple(str(a).strip() for a in archs if str(a).strip()),
             python=opt("python"),
         )
+
+
+#: The inputs of a plan request (the keys of the ``gpufleet.core.plan`` filter's mapping).
+REQUEST_FIELDS = ("torch", "variant", "os", "driver", "gpu_archs", "python")
 
 
 @dataclass(frozen=True)
@@ -106,6 +138,37 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        """The plan back from :meth:`to_dict` (the ``gpufleet_plan`` fact, a manifest).
+
+        Every field without a default must be present; keys this version does not know are
+        ignored. Raises ValueError naming the missing keys.
+        """
+        if isinstance(data, Plan):
+            return data
+        known = fields(cls)
+        missing = [
+            f.name
+            for f in known
+            if f.name not in data and f.default is MISSING and f.default_factory is MISSING
+        ]
+        if missing:
+            raise ValueError(
+                f"not a gpufleet plan (missing {', '.join(missing)}); pass the whole "
+                "gpufleet_plan fact or the output of `gpufleet plan --json`"
+            )
+        values = {f.name: data[f.name] for f in known if f.name in data}
+        for key in ("gpu_archs", "gpu_families", "notes", "sources"):
+            if key in values:
+                values[key] = [str(v) for v in values[key] or []]
+        return cls(**values)
+
+    @property
+    def branch_max(self) -> int | None:
+        """``driver_branch_max`` as a number (None: no GPU or repository cap)."""
+        return int(self.driver_branch_max) if self.driver_branch_max else None
+
 
 # --------------------------------------------------------------------------- inputs
 
@@ -119,6 +182,15 @@ class _Ctx:
     driver: str | None
     archs: tuple[CC, ...]
     python: str | None
+
+    @cached_property
+    def driver_v(self) -> V.Version | None:
+        """The installed driver, parsed once (validated by _validate)."""
+        return V.parse(self.driver) if self.driver is not None else None
+
+    @cached_property
+    def python_v(self) -> V.Version | None:
+        return V.parse(self.python) if self.python is not None else None
 
 
 def _refuse(
@@ -205,21 +277,6 @@ def _minor_distance(a: str, b: str) -> tuple[int, int]:
 # --------------------------------------------------------------------------- judging
 
 
-def covers(variant: Variant, cc: CC) -> bool:
-    """Whether a wheel variant carries code a GPU of compute capability `cc` can run.
-
-    SASS runs on the same major with an equal or higher minor; PTX is JIT-compiled on any
-    equal or newer capability.
-    """
-    if variant.archs is None:
-        return False
-    for s in variant.archs.sass:
-        have = parse_cc(s)
-        if have[0] == cc[0] and have[1] <= cc[1]:
-            return True
-    return variant.archs.ptx is not None and parse_cc(variant.archs.ptx) <= cc
-
-
 def _arch_cap(ctx: _Ctx, data: CompatData) -> tuple[int | None, str]:
     """Newest driver branch the GPUs (and the EL repo) allow, with who imposes it."""
     cap: int | None = None
@@ -238,14 +295,13 @@ def _release_problems(rel: TorchRelease, ctx: _Ctx) -> list[str]:
     problems = []
     if ctx.python is not None:
         lo, hi = rel.python
-        if not (
-            V.at_least(V.parse(ctx.python), V.parse(lo))
-            and V.at_least(V.parse(hi), V.parse(ctx.python))
-        ):
+        lo_v, hi_v = rel.python_v
+        have = ctx.python_v
+        if have is not None and not (V.at_least(have, lo_v) and V.at_least(hi_v, have)):
             problems.append(
                 f"torch {rel.minor} wheels exist for Python {lo} to {hi}, not {ctx.python}"
             )
-    if ctx.os is not None and not V.at_least(V.parse(ctx.os.el.glibc), V.parse(rel.glibc)):
+    if ctx.os is not None and not V.at_least(ctx.os.el.glibc_v, rel.glibc_v):
         problems.append(
             f"torch {rel.minor} wheels are manylinux_{rel.glibc.replace('.', '_')} and need "
             f"glibc >= {rel.glibc}, but {ctx.os} has glibc {ctx.os.el.glibc}"
@@ -257,15 +313,16 @@ def _variant_problems(variant: Variant, ctx: _Ctx, data: CompatData) -> list[str
     if variant.name == CPU:
         return []
     problems = []
-    missing = [cc for cc in ctx.archs if not covers(variant, cc)]
+    built = variant.archs.arch_list if variant.archs is not None else ()
+    missing = [cc for cc in ctx.archs if covers(cc, built) is None]
     if missing and variant.archs is not None:
-        have = ", ".join(f"sm_{s.replace('.', '')}" for s in variant.archs.sass)
+        have = ", ".join(a for a in built if a.startswith("sm_"))
         ptx = f" + PTX {variant.archs.ptx}" if variant.archs.ptx else ""
         names = ", ".join(f"{sm(cc)} ({family_of(cc).name})" for cc in missing)
         problems.append(f"its wheels carry no code for {names} (they have {have}{ptx})")
     cuda = data.cuda[str(variant.cuda)]
-    floor = V.parse(cuda.floor)
-    if ctx.driver is not None and not V.at_least(V.parse(ctx.driver), floor):
+    floor = cuda.floor_v
+    if ctx.driver_v is not None and not V.at_least(ctx.driver_v, floor):
         problems.append(
             f"it needs NVIDIA driver >= {cuda.floor} (CUDA {cuda.version.split('.')[0]}.x "
             f"minor-version floor) and the node has {ctx.driver}"
@@ -437,7 +494,7 @@ def make_plan(req: PlanRequest, data: CompatData | None = None) -> Plan:
                 f"{chosen.name} is the best remaining variant"
             )
             cuda = data.cuda[str(chosen.cuda)]
-            if ctx.driver and V.at_least(V.parse(ctx.driver), V.parse(cuda.ga_driver)):
+            if ctx.driver_v is not None and V.at_least(ctx.driver_v, cuda.ga_driver_v):
                 reason += (
                     f" (the installed {ctx.driver} meets CUDA {cuda.version}'s GA "
                     f"driver {cuda.ga_driver}, so no minor-version limits apply)"
@@ -453,8 +510,8 @@ def make_plan(req: PlanRequest, data: CompatData | None = None) -> Plan:
 
 def _preference(v: Variant, ctx: _Ctx, data: CompatData) -> tuple[int, int, tuple[int, ...]]:
     cuda = data.cuda[str(v.cuda)]
-    ga_ok = int(ctx.driver is not None and V.at_least(V.parse(ctx.driver), V.parse(cuda.ga_driver)))
-    return ga_ok, int(v.confidence == "confirmed"), V.parse(cuda.version)
+    ga_ok = int(ctx.driver_v is not None and V.at_least(ctx.driver_v, cuda.ga_driver_v))
+    return ga_ok, int(v.confidence == "confirmed"), cuda.version_v
 
 
 def _build(
@@ -477,7 +534,7 @@ def _build(
                 "minor-version compatibility, which does not cover PTX JIT"
             )
         branch, branch_max = str(rec), (str(cap) if cap is not None else None)
-        old = [cc for cc in ctx.archs if cc < parse_cc(data.policy.open_modules_min_cc)]
+        old = [cc for cc in ctx.archs if not open_modules_supported(cc)]
         if old or rec < data.policy.open_modules_min_branch:
             flavor = "proprietary"
         else:
@@ -488,9 +545,9 @@ def _build(
                     "architectures (preflight reads them with lspci) to be sure"
                 )
         if (
-            ctx.driver is not None
+            ctx.driver_v is not None
             and rec >= cuda.ga_branch
-            and not V.at_least(V.parse(ctx.driver), V.parse(cuda.ga_driver))
+            and not V.at_least(ctx.driver_v, cuda.ga_driver_v)
         ):
             notes.append(
                 f"the installed driver {ctx.driver} is below CUDA {cuda.version}'s GA "
@@ -500,13 +557,13 @@ def _build(
             )
         if ctx.os is not None:
             el = ctx.os.el
-            if el.cuda_max and not V.at_least(V.parse(el.cuda_max), V.parse(cuda.version)):
+            if el.cuda_max_v is not None and not V.at_least(el.cuda_max_v, cuda.version_v):
                 notes.append(
                     f"{cuda.toolkit_package} is not known in NVIDIA's {el.repo} "
                     f"repository (newest known {el.cuda_max}); set "
                     "cuda_toolkit_install: false if it is missing there"
                 )
-            if el.cuda_min and not V.at_least(V.parse(cuda.version), V.parse(el.cuda_min)):
+            if el.cuda_min_v is not None and not V.at_least(cuda.version_v, el.cuda_min_v):
                 notes.append(
                     f"NVIDIA's {el.repo} repository is only known to carry CUDA "
                     f"{el.cuda_min} and newer; {cuda.toolkit_package} may be missing"
@@ -584,4 +641,4 @@ def describe(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CPU", "Plan", "PlanRefused", "PlanRequest", "cc_str", "covers", "describe", "make_plan"]
+__all__ = ["CPU", "Plan", "PlanRefused", "PlanRequest", "cc_str", "describe", "make_plan"]

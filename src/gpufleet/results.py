@@ -64,6 +64,9 @@ class BandwidthRow:
         return asdict(self)
 
 
+RUN_ID_ENV = "GPUFLEET_RUN_ID"
+
+
 @dataclass
 class ResultFile:
     """The envelope written by one suite on one node."""
@@ -76,10 +79,14 @@ class ResultFile:
     records: list[Record] = field(default_factory=list)
     bandwidth: list[BandwidthRow] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    #: The verify run that wrote the file: GPUFLEET_RUN_ID, which verify sets for every
+    #: command it starts on a node. The report refuses a file of another run (a stale one).
+    run_id: str | None = field(default_factory=lambda: os.environ.get(RUN_ID_ENV) or None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
+            "run_id": self.run_id,
             "kind": self.kind,
             "node": self.node,
             "mode": self.mode,
@@ -125,6 +132,7 @@ def load_result_file(path: str | os.PathLike[str]) -> ResultFile:
         started=data["started"],
         duration_s=float(data.get("duration_s", 0.0)),
         meta=dict(data.get("meta", {})),
+        run_id=data.get("run_id"),
         records=[Record(**{k: v for k, v in r.items() if k in known}) for r in data["records"]],
         bandwidth=[
             BandwidthRow(**{k: v for k, v in b.items() if k in bknown})

@@ -8,6 +8,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from . import mirror, nodes, render, rootfs
 from .config import (
@@ -22,9 +23,10 @@ from .config import (
     Node,
     make_nodes,
     mirror_url,
+    parse_hgx,
     parse_mix,
 )
-from .sh import TestbedError, say
+from .sh import TestbedError, run, say
 
 REQUIRED_TOOLS = (
     "debootstrap",
@@ -88,7 +90,7 @@ def write_inventory(node_list: list[Node], fpr: str) -> Path:
 def cmd_up(args: argparse.Namespace) -> int:
     _need_root()
     t0 = time.monotonic()
-    node_list = make_nodes(args.nodes, parse_mix(args.mix))
+    node_list = make_nodes(args.nodes, parse_mix(args.mix), parse_hgx(args.hgx))
     _check_owner(claim=True)
     existing = nodes.node_names_from_state()
     extra = [n for n in existing if int(n.removeprefix("node")) > args.nodes]
@@ -132,7 +134,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     mirror.stop_gpg_agent()
     nodes.remove_bridge()
     for link in nodes.our_links():  # veths whose netns vanished without us
-        nodes.run(["ip", "link", "del", link], what=f"deleting stray link {link}", check=False)
+        run(["ip", "link", "del", link], what=f"deleting stray link {link}", check=False)
     for cg in nodes.our_cgroups():
         nodes._rmdir_cgroup(Path(cg))
     left = nodes.our_mounts(STATE_DIR)
@@ -177,14 +179,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_exec(args: argparse.Namespace) -> int:
-    """Run a command inside a node (namespaces entered directly, no SSH)."""
+def cmd_exec(args: argparse.Namespace) -> NoReturn:
+    """Run a command inside a node (namespaces entered directly, no SSH): replaces tbctl."""
     n = Node(int(args.node.removeprefix("node")), RELEASES["alma8"])
     pid = nodes.init_pid(n)
     if pid is None:
         raise TestbedError(f"{args.node} is not running; run `make testbed-up`")
     os.execvp("nsenter", [*nodes.nsenter(n, pid), *(args.command or ["/bin/bash", "-l"])])
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         "--mix",
         default=os.environ.get("TESTBED_MIX", ""),
         help=f"EL releases, cycled over the nodes ({', '.join(RELEASES)})",
+    )
+    up.add_argument(
+        "--hgx",
+        default=os.environ.get("TESTBED_HGX", ""),
+        help="nodes posing as NVSwitch HGX systems: node1=b200,node3=h100 (boards h100, b200); "
+        "applied when a node boots (testbed-down first to change it)",
     )
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="remove everything but the caches; safe twice").set_defaults(

@@ -128,6 +128,7 @@ DEFAULT_MIX = ("alma8", "rocky9", "centos10")
 class Node:
     index: int  # 1-based
     release: ElRelease
+    hgx: str = ""  # TESTBED_HGX pose ("h100", "b200"; "" = none), see render.hgx_files
 
     @property
     def name(self) -> str:
@@ -168,10 +169,37 @@ def parse_mix(spec: str | None) -> tuple[str, ...]:
     return keys or DEFAULT_MIX
 
 
-def make_nodes(count: int, mix: tuple[str, ...] = DEFAULT_MIX) -> list[Node]:
+HGX_BOARD_NAMES = ("h100", "b200")
+
+
+def parse_hgx(spec: str | None) -> dict[int, str]:
+    """`node1=b200,node3=h100` -> {1: 'b200', 3: 'h100'} (TESTBED_HGX); empty -> {}."""
+    out: dict[int, str] = {}
+    for raw in (spec or "").split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        name, sep, board = item.partition("=")
+        index = name.strip().removeprefix("node")
+        if not sep or not index.isdigit() or board.strip() not in HGX_BOARD_NAMES:
+            raise ValueError(
+                f"TESTBED_HGX item {item!r}: write nodeN=BOARD with BOARD one of "
+                f"{', '.join(HGX_BOARD_NAMES)}, e.g. node1=b200,node3=h100"
+            )
+        out[int(index)] = board.strip()
+    return out
+
+
+def make_nodes(
+    count: int, mix: tuple[str, ...] = DEFAULT_MIX, hgx: dict[int, str] | None = None
+) -> list[Node]:
     if not 1 <= count <= MAX_NODES:
         raise ValueError(f"NODES={count}: the testbed supports 1 to {MAX_NODES} nodes")
-    return [Node(i, RELEASES[mix[(i - 1) % len(mix)]]) for i in range(1, count + 1)]
+    hgx = hgx or {}
+    beyond = sorted(i for i in hgx if i > count)
+    if beyond:
+        raise ValueError(f"TESTBED_HGX names node{beyond[0]}, but NODES={count}")
+    return [Node(i, RELEASES[mix[(i - 1) % len(mix)]], hgx.get(i, "")) for i in range(1, count + 1)]
 
 
 def mirror_url() -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import render
 from .config import BRIDGE_ADDRESS, CACHE_DIR, HTTP_PORT, REPO_DIR, RUN_DIR, mirror_url
-from .sh import TestbedError, run, say, wait_for
+from .sh import TestbedError, cmdline, processes, run, say, wait_for
 
 MIRROR = RUN_DIR / "mirror"
 GNUPG = RUN_DIR / "gnupg"
@@ -226,7 +226,7 @@ def build_repos() -> tuple[str, str]:
         f"(kernel-devel for {kr}) (log: {LOG})"
     )
     jobs = []
-    repos: dict[Path, tuple[str | None, list[render.Pkg], str]] = {}
+    repos: dict[Path, tuple[str, list[render.Pkg], str]] = {}
     for major in EL_MAJORS:
         dist = f".el{major}"
         pkgs = render.catalog(kr, major)
@@ -355,10 +355,10 @@ def build_wheelhouse(pip: list[str]) -> None:
 def _pid_alive(pidfile: Path, needle: str) -> int | None:
     try:
         pid = int(pidfile.read_text().strip())
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except (OSError, ValueError):
         return None
-    return pid if needle in cmd else None
+    cmd = cmdline(pid)
+    return pid if cmd is not None and needle in cmd else None
 
 
 def http_running() -> int | None:
@@ -368,7 +368,8 @@ def http_running() -> int | None:
 def _http_ok() -> bool:
     try:
         with urllib.request.urlopen(f"{mirror_url()}/keys/{TESTBED_KEY_NAME}", timeout=2) as r:
-            return r.status == 200
+            status: int = r.status  # urlopen's response is untyped (typeshed: Any)
+            return status == 200
     except OSError:
         return False
 
@@ -409,15 +410,9 @@ def start_http() -> None:
 
 def _find_http() -> int | None:
     """The server by its command line, for when the pid file is lost."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
+    for pid, cmd in processes():
         if "http.server" in cmd and f"--directory {MIRROR}" in cmd:
-            return int(proc.name)
+            return pid
     return None
 
 

@@ -202,6 +202,10 @@ def prepare_upper(node: Node, nodes: list[Node]) -> None:
     _write(up, "/etc/ssh/sshd_config.d/00-gpufleet-testbed.conf", render.sshd_config(node.address))
     _write(up, "/root/.ssh/authorized_keys", CLIENT_KEY.with_suffix(".pub").read_text(), 0o600)
     (up / "root/.ssh").chmod(0o700)
+    if node.hgx:
+        say(f"{node.name}: posing as an HGX {node.hgx} system (NVSwitches in lspci, HCAs)")
+        for path, (text, mode) in render.hgx_files(node.hgx).items():
+            _write(up, path, text, mode)
 
 
 def _cgroup_dirs(node: Node) -> list[Path]:
@@ -224,7 +228,9 @@ def nsenter(node: Node, pid: int) -> list[str]:
     return ["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "-r", "-w"]
 
 
-def node_exec(node: Node, cmd: list[str], *, check: bool = True, timeout: float = 60):  # type: ignore[no-untyped-def]
+def node_exec(
+    node: Node, cmd: list[str], *, check: bool = True, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     pid = init_pid(node)
     if pid is None:
         raise TestbedError(f"{node.name} is not running; run `make testbed-up`")

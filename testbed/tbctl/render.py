@@ -1,7 +1,7 @@
 """Pure renderers: everything here turns data into text, with no side effects.
 
 Unit tests cover this module without root, network or testbed tools
-(tests/test_testbed_render.py).
+(tests/unit/test_testbed_render.py).
 """
 
 from __future__ import annotations
@@ -58,6 +58,12 @@ DRIVER_BRANCHES = {"580": "580.95.05", "575": "575.57.08"}
 DRIVER_EPOCH = 3  # NVIDIA's driver packages carry epoch 3
 TOOLKITS = {"13.0": "13.0.2", "12.8": "12.8.1", "12.6": "12.6.3"}
 MODULE_NAME = "nvidia-driver"
+# What the stand-in streams' fm profile adds to their default profile (the roles read the
+# names from this metadata; NVIDIA's real profile is not copied, only its shape).
+FM_PROFILE_EXTRA = ("nvidia-fabricmanager",)
+NVLSM_VERSION = "2025.06.0"
+DCGM_VERSION = "4.0.0"
+IB_VERSION = "0.1"
 MODULE_DEFAULT_STREAM = "latest-dkms"
 STANDIN_NOTE = (
     "gpufleet testbed stand-in: same name and file locations as the real package, "
@@ -129,6 +135,11 @@ exit 1
 """
 
 
+def driver_branch_of(version: str) -> str:
+    """580.95.05 -> 580."""
+    return version.split(".", 1)[0]
+
+
 def driver_packages(branch: str, version: str) -> list[Pkg]:
     ep = DRIVER_EPOCH
     dv = f"{ep}:{version}"
@@ -136,8 +147,62 @@ def driver_packages(branch: str, version: str) -> list[Pkg]:
     dkms_streams = [f"{branch}-dkms", "latest-dkms"]
     precompiled = [branch, "latest"]
     common = open_streams + dkms_streams + precompiled
-    doc = lambda n: {f"/usr/share/doc/{n}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")}  # noqa: E731
+
+    def doc(n: str) -> dict[str, tuple[int, str]]:
+        return {f"/usr/share/doc/{n}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")}
+
+    def kmod_dkms(flavour: str, kind: str, note: str, src_dir: str) -> Pkg:
+        """kmod-nvidia-open-dkms or kmod-nvidia-latest-dkms: each conflicts with the other."""
+        other = "latest" if flavour == "open" else "open"
+        return Pkg(
+            f"kmod-nvidia-{flavour}-dkms",
+            version,
+            "cuda",
+            f"NVIDIA {kind} kernel module sources {version} for DKMS {note}",
+            epoch=ep,
+            requires=["dkms", f"nvidia-kmod-common = {dv}"],
+            provides=[f"nvidia-kmod = {dv}"],
+            conflicts=[f"kmod-nvidia-{other}-dkms"],
+            files={f"/usr/src/{src_dir}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")},
+            streams=open_streams if flavour == "open" else dkms_streams,
+        )
+
+    fm_version = f"Fabric Manager version is : {version}"
+    fabricmanager = Pkg(
+        "nvidia-fabricmanager",
+        version,
+        "cuda",
+        f"NVIDIA Fabric Manager {version} (stand-in: the unit and a daemon that reports its "
+        "version and refuses to run, no NVSwitch)",
+        files={
+            "/usr/lib/systemd/system/nvidia-fabricmanager.service": (
+                0o644,
+                "[Unit]\n"
+                "Description=NVIDIA fabric manager service (gpufleet testbed stand-in)\n"
+                "After=network-online.target\n\n"
+                "[Service]\n"
+                "ExecStart=/usr/bin/nv-fabricmanager -c "
+                "/usr/share/nvidia/nvswitch/fabricmanager.cfg\n"
+                "Type=forking\n\n"
+                "[Install]\n"
+                "WantedBy=multi-user.target\n",
+            ),
+            "/usr/bin/nv-fabricmanager": (
+                0o755,
+                "#!/bin/sh\n"
+                f'case "$1" in --version|-v) echo "{fm_version}"; exit 0;; esac\n'
+                "echo 'nv-fabricmanager: gpufleet testbed stand-in; no NVSwitch here' >&2\n"
+                "exit 1\n",
+            ),
+            "/usr/share/nvidia/nvswitch/fabricmanager.cfg": (
+                0o644,
+                "# gpufleet testbed stand-in of the Fabric Manager configuration\n",
+            ),
+        },
+        streams=common,
+    )
     return [
+        fabricmanager,
         Pkg(
             "nvidia-open",
             version,
@@ -173,30 +238,8 @@ def driver_packages(branch: str, version: str) -> list[Pkg]:
             requires=[f"cuda-drivers = {version}"],
             streams=dkms_streams,
         ),
-        Pkg(
-            "kmod-nvidia-open-dkms",
-            version,
-            "cuda",
-            f"NVIDIA open kernel module sources {version} for DKMS (stand-in, builds nothing)",
-            epoch=ep,
-            requires=["dkms", f"nvidia-kmod-common = {dv}"],
-            provides=[f"nvidia-kmod = {dv}"],
-            conflicts=["kmod-nvidia-latest-dkms"],
-            files={f"/usr/src/nvidia-open-{version}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")},
-            streams=open_streams,
-        ),
-        Pkg(
-            "kmod-nvidia-latest-dkms",
-            version,
-            "cuda",
-            f"NVIDIA proprietary kernel module sources {version} for DKMS (stand-in)",
-            epoch=ep,
-            requires=["dkms", f"nvidia-kmod-common = {dv}"],
-            provides=[f"nvidia-kmod = {dv}"],
-            conflicts=["kmod-nvidia-open-dkms"],
-            files={f"/usr/src/nvidia-{version}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")},
-            streams=dkms_streams,
-        ),
+        kmod_dkms("open", "open", "(stand-in, builds nothing)", f"nvidia-open-{version}"),
+        kmod_dkms("latest", "proprietary", "(stand-in)", f"nvidia-{version}"),
         Pkg(
             "nvidia-driver",
             version,
@@ -276,6 +319,56 @@ def driver_packages(branch: str, version: str) -> list[Pkg]:
     ]
 
 
+def hgx_packages() -> list[Pkg]:
+    """NVLSM and DCGM (cuda repository), rdma-core and the verbs utilities (base): stand-ins
+    with the real names and the units the roles enable, no real content."""
+
+    def doc(n: str) -> dict[str, tuple[int, str]]:
+        return {f"/usr/share/doc/{n}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")}
+
+    dcgm = [
+        Pkg(
+            f"datacenter-gpu-manager-4-cuda{major}",
+            DCGM_VERSION,
+            "cuda",
+            f"NVIDIA DCGM 4 for CUDA {major} (stand-in: nvidia-dcgm unit, dcgmi reports no GPU)",
+            files={
+                "/usr/lib/systemd/system/nvidia-dcgm.service": (
+                    0o644,
+                    "[Unit]\nDescription=NVIDIA DCGM service (gpufleet testbed stand-in)\n\n"
+                    "[Service]\nExecStart=/usr/bin/nv-hostengine -n\n\n"
+                    "[Install]\nWantedBy=multi-user.target\n",
+                ),
+                "/usr/bin/dcgmi": (
+                    0o755,
+                    "#!/bin/sh\necho 'dcgmi: gpufleet testbed stand-in; no NVIDIA GPU' >&2\n"
+                    "exit 1\n",
+                ),
+            },
+            conflicts=[
+                f"datacenter-gpu-manager-4-cuda{other}" for other in ("12", "13") if other != major
+            ],
+        )
+        for major in ("12", "13")
+    ]
+    return [
+        Pkg(
+            "nvlsm",
+            NVLSM_VERSION,
+            "cuda",
+            "NVIDIA NVLink Subnet Manager (stand-in)",
+            files=doc("nvlsm"),
+        ),
+        *dcgm,
+        *(
+            Pkg(
+                n, IB_VERSION, "base", f"{n} (stand-in: no RDMA stack in the testbed)", files=doc(n)
+            )
+            for n in ("rdma-core", "libibverbs-utils", "infiniband-diags")
+        ),
+    ]
+
+
 def toolkit_package(cuda: str, full: str) -> Pkg:
     dash = cuda.replace(".", "-")
     prefix = f"/usr/local/cuda-{cuda}"
@@ -332,6 +425,7 @@ def catalog(kernel_release: str, el_major: int) -> list[Pkg]:
     for branch, version in DRIVER_BRANCHES.items():
         pkgs += driver_packages(branch, version)
     pkgs += [toolkit_package(c, f) for c, f in TOOLKITS.items()]
+    pkgs += hgx_packages()
     pkgs += [
         Pkg(
             "dkms",
@@ -452,6 +546,74 @@ def _rpm_path(path: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------
+# HGX pose (TESTBED_HGX): a node whose PCI list shows NVSwitches and whose recorded sysfs
+# tree shows InfiniBand ports. No GPU is shown: a node with GPUs would try to load a driver
+# that the testbed cannot load; the GPU architectures come in through gpufleet_gpu_archs, as
+# for an image-baking node.
+
+#: board -> (NVSwitch PCI device id, switches, GPU architectures). 22a3 is the NVSwitch of
+#: HGX H100/H200; the B200 id is illustrative (tests/fixtures/hgx/generate.py).
+HGX_BOARDS: dict[str, tuple[str, int, tuple[str, ...]]] = {
+    "h100": ("22a3", 4, ("sm_90",)),
+    "b200": ("2900", 2, ("sm_100",)),
+}
+HGX_LSPCI_FILE = "/etc/gpufleet-testbed/lspci-nn.txt"
+HGX_IB_ROOT = "/var/lib/gpufleet-testbed/infiniband"
+#: the pose's HCA ports: two active NDR InfiniBand ports, one without link partner, one
+#: RoCE front-end port (hca, state, phys_state, link layer, rate)
+HGX_PORTS = (
+    ("mlx5_0", "4: ACTIVE", "5: LinkUp", "InfiniBand", "400 Gb/sec (4X NDR)"),
+    ("mlx5_1", "4: ACTIVE", "5: LinkUp", "InfiniBand", "400 Gb/sec (4X NDR)"),
+    ("mlx5_2", "1: DOWN", "2: Polling", "InfiniBand", "10 Gb/sec (4X SDR)"),
+    ("mlx5_3", "4: ACTIVE", "5: LinkUp", "Ethernet", "100 Gb/sec (4X EDR)"),
+)
+
+LSPCI_WRAPPER = f"""#!/bin/bash
+# gpufleet testbed (TESTBED_HGX): this node poses as an NVSwitch system. `lspci -nn` also
+# lists the NVSwitches of {HGX_LSPCI_FILE} (with -D: their PCI domain), then the real bus.
+domain="" nn=0
+for a in "$@"; do
+  case "$a" in -D) domain="0000:" ;; -nn) nn=1 ;; esac
+done
+if [ "$nn" = 1 ] && [ -r {HGX_LSPCI_FILE} ]; then sed "s/^/$domain/" {HGX_LSPCI_FILE}; fi
+exec /usr/bin/lspci "$@"
+"""
+
+
+def hgx_lspci(board: str) -> str:
+    """The NVSwitches of ``board`` as `lspci -nn` prints them (no domain)."""
+    dev, count, _ = HGX_BOARDS[board]
+    return "".join(
+        f"{5 + i:02x}:00.0 Bridge [0680]: NVIDIA Corporation Device [10de:{dev}] (rev a1)\n"
+        for i in range(count)
+    )
+
+
+def hgx_files(board: str) -> dict[str, tuple[str, int]]:
+    """Path -> (content, mode) of the pose inside a node."""
+    files = {
+        "/usr/local/sbin/lspci": (LSPCI_WRAPPER, 0o755),
+        HGX_LSPCI_FILE: (hgx_lspci(board), 0o644),
+    }
+    for hca, state, phys, layer, rate in HGX_PORTS:
+        base = f"{HGX_IB_ROOT}/{hca}/ports/1"
+        for name, text in (("state", state), ("phys_state", phys), ("link_layer", layer),
+                           ("rate", rate)):  # fmt: skip
+            files[f"{base}/{name}"] = (text + "\n", 0o644)
+    return files
+
+
+def hgx_host_vars(board: str) -> dict[str, Any]:
+    """Inventory variables of a posing node: its GPU architectures and the recorded HCAs."""
+    return {
+        "testbed_hgx": board,
+        "gpufleet_gpu_archs": list(HGX_BOARDS[board][2]),
+        "infiniband_sysfs_root": HGX_IB_ROOT,
+        "cluster_network_ib_sysfs_root": HGX_IB_ROOT,
+    }
+
+
+# ---------------------------------------------------------------------------------------
 # Module metadata (EL8/EL9 only)
 
 
@@ -497,7 +659,7 @@ def modules_yaml(pkgs: list[Pkg], dist: str, version: int = 20251130000000) -> s
                     "profiles": {
                         "default": {"rpms": sorted(set(default))},
                         "ks": {"rpms": sorted(set(ks))},
-                        "fm": {"rpms": sorted(set(default))},
+                        "fm": {"rpms": sorted({*default, *FM_PROFILE_EXTRA})},
                         "src": {"rpms": sorted(set(src))},
                     },
                     "artifacts": {"rpms": sorted(p.nevra(dist) for p in members)},
@@ -616,6 +778,7 @@ def inventory_hosts(nodes: list[Node], key_file: str, known_hosts_file: str) -> 
             # Mirror URLs below use this, not a fact: they are read before facts exist
             # (python_bootstrap runs with gather_facts off).
             "testbed_el_major": n.release.major,
+            **(hgx_host_vars(n.hgx) if n.hgx else {}),
         }
     return {
         "all": {
@@ -653,6 +816,7 @@ def inventory_group_vars(m: MirrorInfo) -> dict[str, Any]:
         "gpufleet_epel_gpgkey_fingerprint": m.fingerprint,
         "gpufleet_base_repo_baseurl": f"{m.url}/base/{{{{ testbed_el_major }}}}",
         "gpufleet_base_repo_gpgkey_url": f"{m.url}/keys/RPM-GPG-KEY-gpufleet-testbed",
+        "gpufleet_base_repo_gpgkey_fingerprint": m.fingerprint,
         "gpufleet_pip_index_url": f"{m.url}/pypi/simple/",
         "gpufleet_pip_trusted_hosts": [m.bridge_address],
         "nvidia_driver_manage_crb": False,

@@ -6,7 +6,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 
@@ -23,7 +23,7 @@ def warn(msg: str) -> None:
 
 
 def run(
-    cmd: Sequence[str],
+    cmd: Sequence[str | Path],
     *,
     what: str,
     fix: str = "",
@@ -35,15 +35,15 @@ def run(
     timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run cmd; on failure raise TestbedError naming `what`, the command, its tail, and `fix`."""
-    cmd = [str(c) for c in cmd]
+    argv = [str(c) for c in cmd]
     try:
         if log is not None:
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("a") as fh:
-                fh.write(f"\n$ {shlex.join(cmd)}\n")
+                fh.write(f"\n$ {shlex.join(argv)}\n")
                 fh.flush()
                 proc = subprocess.run(
-                    cmd,
+                    argv,
                     stdout=fh,
                     stderr=subprocess.STDOUT,
                     text=True,
@@ -54,7 +54,7 @@ def run(
                 )
         else:
             proc = subprocess.run(
-                cmd,
+                argv,
                 capture_output=True,
                 text=True,
                 input=input_text,
@@ -64,17 +64,19 @@ def run(
             )
     except FileNotFoundError as exc:
         raise TestbedError(
-            f"{what}: command not found: {cmd[0]}. Run `make testbed-deps` (as root)."
+            f"{what}: command not found: {argv[0]}. Run `make testbed-deps` (as root)."
         ) from exc
     except subprocess.TimeoutExpired as exc:
-        raise TestbedError(f"{what}: timed out after {timeout}s: {shlex.join(cmd)}. {fix}") from exc
+        raise TestbedError(
+            f"{what}: timed out after {timeout}s: {shlex.join(argv)}. {fix}"
+        ) from exc
     if check and proc.returncode != 0:
         if log is not None:
             tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-25:])
         else:
             tail = ((proc.stdout or "") + (proc.stderr or ""))[-3000:]
         raise TestbedError(
-            f"{what} failed (exit {proc.returncode}): {shlex.join(cmd)}\n"
+            f"{what} failed (exit {proc.returncode}): {shlex.join(argv)}\n"
             f"--- last output{f' (full log: {log})' if log else ''} ---\n{tail.rstrip()}\n"
             + (f"--- what to do: {fix}" if fix else "")
         )
@@ -83,10 +85,25 @@ def run(
     return proc
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.25) -> bool:  # type: ignore[no-untyped-def]
+def wait_for(predicate: Callable[[], object], timeout: float, interval: float = 0.25) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if predicate():
             return True
         time.sleep(interval)
     return bool(predicate())
+
+
+def cmdline(pid: int) -> str | None:
+    """Process ``pid``'s command line, arguments joined by spaces (None when it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return None
+
+
+def processes() -> Iterator[tuple[int, str]]:
+    """(pid, command line) of every process that can be read in /proc."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and (cmd := cmdline(int(proc.name))) is not None:
+            yield int(proc.name), cmd

@@ -6,9 +6,18 @@ dnf_cli idempotency tests. State lives in the JSON file $FAKE_PM_STATE:
      "modules": {"nvidia-driver": {"streams": [...], "enabled": null, "disabled": false}},
      "calls": [[argv0, args...], ...]}
 
-pkg = {"name", "version", "release", "arch", "epoch", "provides": [...], "module", "stream"}.
+pkg = {"name", "version", "release", "arch", "epoch", "provides": [...], "module", "stream",
+"requires": [names installed with it, newest visible]}.
 Only what dnf_cli uses is implemented; anything else exits 64 so that a test notices.
+``repoquery --repofrompath=ID,URL`` fails like dnf when ID is one of "repos" (a .repo file
+has it) or URL contains "unreachable".
 ``--nogpgcheck`` or ``gpgcheck=0`` anywhere exits 99.
+
+``dnf module info [--profile] NAME:STREAM`` prints the stream's artifacts (available packages
+of that module and stream) or its profiles (``modules[NAME]["profiles"][STREAM]``) the way
+dnf 4 does; ``repoquery --qf '%{name} %{version}'`` prints those two fields; ``rpm -q --qf
+FMT NAME`` formats %{NAME} and %{VERSION}. Called as ``systemctl`` it answers show,
+is-enabled, enable, start and restart for the units in ``$FAKE_UNIT_DIR`` (state "units").
 """
 
 from __future__ import annotations
@@ -18,34 +27,68 @@ import json
 import os
 import re
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the state file's shape (the docstring above); nothing at run time
+    from typing import NotRequired, TypedDict
+
+    class Pkg(TypedDict):
+        name: str
+        version: str
+        release: str
+        arch: str
+        epoch: NotRequired[int]
+        provides: NotRequired[list[str]]
+        files: NotRequired[list[str]]
+        module: NotRequired[str | None]
+        stream: NotRequired[str | None]
+        requires: NotRequired[list[str]]  # names installed with it (dnf's dependencies)
+
+    class Module(TypedDict):
+        streams: list[str]
+        default: NotRequired[str]
+        enabled: NotRequired[str | None]
+        disabled: NotRequired[bool]
+        profiles: NotRequired[dict[str, dict[str, list[str]]]]  # stream -> profile -> rpms
+
+    class State(TypedDict):
+        installed: list[Pkg]
+        available: list[Pkg]
+        modules: dict[str, Module]
+        calls: list[list[str]]
+        keys: NotRequired[list[str]]  # armored keys rpm --import read
+        repos: NotRequired[dict[str, bool]]  # repo id -> enabled (dnf repolist)
+        units: NotRequired[dict[str, dict[str, bool]]]  # systemd unit -> {enabled, active}
+
 
 STATE = os.environ["FAKE_PM_STATE"]
 REL = re.compile(r"^\s*(\S+)\s*(==|=|>=|<=|<|>)\s*(\S+)\s*$")
 
 
-def load() -> dict:
+def load() -> State:
     with open(STATE, encoding="utf-8") as fh:
-        return json.load(fh)
+        state: State = json.load(fh)
+    return state
 
 
-def save(state: dict) -> None:
+def save(state: State) -> None:
     with open(STATE, "w", encoding="utf-8") as fh:
         json.dump(state, fh, indent=1)
 
 
-def vkey(v: str) -> tuple:
+def vkey(v: str) -> tuple[int | str, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"[.\-]", v))
 
 
-def nevra(p: dict) -> str:
+def nevra(p: Pkg) -> str:
     return f"{p['name']}-{p.get('epoch', 0)}:{p['version']}-{p['release']}.{p['arch']}"
 
 
-def nvr(p: dict) -> str:
+def nvr(p: Pkg) -> str:
     return f"{p['name']}-{p['version']}-{p['release']}"
 
 
-def matches(p: dict, spec: str) -> bool:
+def matches(p: Pkg, spec: str) -> bool:
     """name, name-version(-release)(.arch) with globs, or a provide (with relation)."""
     m = REL.match(spec)
     if m:
@@ -105,6 +148,21 @@ def rpm(args: list[str]) -> int:
             print(f"no package provides {spec}")
             return 1
         return 0
+    if args[:2] == ["-q", "--qf"]:
+        fmt, names = args[2], args[3:]
+        rc = 0
+        for spec in names:
+            hits = [p for p in inst if spec in (p["name"], f"{p['name']}-{p['version']}")]
+            if not hits:
+                print(f"package {spec} is not installed")
+                rc = 1
+            for p in hits:
+                sys.stdout.write(
+                    fmt.replace("%{NAME}", p["name"])
+                    .replace("%{VERSION}", p["version"])
+                    .replace("\\n", "\n")
+                )
+        return rc
     if args[:1] == ["-q"]:
         spec = args[1]
         hits = [p for p in inst if spec in (p["name"], f"{p['name']}-{p['version']}", nvr(p))]
@@ -117,24 +175,25 @@ def rpm(args: list[str]) -> int:
     return 64
 
 
-def visible(state: dict, p: dict) -> bool:
+def visible(state: State, p: Pkg) -> bool:
     """Module filtering: a module package is visible only from the enabled stream."""
     mod = p.get("module")
     if not mod:
         return True
-    return state["modules"].get(mod, {}).get("enabled") == p.get("stream")
+    m = state["modules"].get(mod)
+    return (m.get("enabled") if m is not None else None) == p.get("stream")
 
 
-def best(state: dict, spec: str) -> dict | None:
+def best(state: State, spec: str) -> Pkg | None:
     cands = [p for p in state["available"] if visible(state, p) and matches(p, spec)]
     if not cands:
         return None
     return max(cands, key=lambda p: vkey(p["version"]))
 
 
-def put(state: dict, p: dict) -> None:
+def put(state: State, p: Pkg) -> None:
     state["installed"] = [q for q in state["installed"] if q["name"] != p["name"]]
-    state["installed"].append(dict(p))
+    state["installed"].append(p.copy())
 
 
 def dnf(args: list[str]) -> int:
@@ -169,6 +228,8 @@ def dnf(args: list[str]) -> int:
         return 0
     if cmd == "module":
         sub, rest = rest[0], rest[1:]
+        if sub == "info":
+            return module_info(state, args, rest)
         if sub == "list":
             name = rest[0]
             if name not in mods:
@@ -237,18 +298,23 @@ def dnf(args: list[str]) -> int:
     if cmd in ("install", "upgrade"):
         todo = []
         for spec in rest:
-            p = best(state, spec)
-            if p is None:
+            hit = best(state, spec)
+            if hit is None:
                 print(f"No match for argument: {spec}")
                 print("Error: Unable to find a match", file=sys.stderr)
                 return 1
-            if nevra(p) not in {nevra(q) for q in state["installed"]}:
-                todo.append(p)
+            if nevra(hit) not in {nevra(q) for q in state["installed"]}:
+                todo.append(hit)
         if not todo:
             print("Dependencies resolved.\nNothing to do.\nComplete!")
             return 0
-        for p in todo:
+        while todo:  # packages, then their "requires" (names) not installed yet
+            p = todo.pop(0)
             put(state, p)
+            for req in p.get("requires", []):
+                dep = best(state, req)
+                if dep and not any(q["name"] == dep["name"] for q in state["installed"]):
+                    todo.append(dep)
         save(state)
         print("Complete!")
         return 0
@@ -259,6 +325,15 @@ def dnf(args: list[str]) -> int:
         print("Complete!" if len(state["installed"]) < before else "Nothing to do.")
         return 0
     if cmd == "repoquery":
+        if repofrompath_error(repos, opts):
+            return 1
+        if "--qf" in args:
+            qf = args[args.index("--qf") + 1]
+            for spec in [w for w in rest if w != qf]:
+                for p in state["available"]:
+                    if matches(p, spec):
+                        print(qf.replace("%{name}", p["name"]).replace("%{version}", p["version"]))
+            return 0
         specs = (
             [a for a in args[args.index("--whatprovides") + 1 :] if not a.startswith("-")]
             if "--whatprovides" in args
@@ -279,12 +354,93 @@ def dnf(args: list[str]) -> int:
     return 64
 
 
+def repofrompath_error(repos: dict[str, bool], opts: list[str]) -> bool:
+    """--repofrompath=ID,URL: like dnf, refuse an id a .repo file has; fail on 'unreachable'."""
+    for a in opts:
+        if not a.startswith("--repofrompath="):
+            continue
+        rid, _, url = a.split("=", 1)[1].partition(",")
+        if rid in repos:
+            print(
+                f"Error: Repository '{rid}' is listed more than once in the configuration",
+                file=sys.stderr,
+            )
+            return True
+        if "unreachable" in url:
+            print(f"Error: Failed to download metadata for repo '{rid}'", file=sys.stderr)
+            return True
+    return False
+
+
+def module_info(state: State, args: list[str], rest: list[str]) -> int:
+    if repofrompath_error(state.setdefault("repos", {}), [a for a in args if a.startswith("-")]):
+        return 1
+    name, _, stream = rest[-1].partition(":")
+    mod = state["modules"].get(name)
+    if mod is None or stream not in mod.get("streams", []):
+        print("Error: No matching Modules to list", file=sys.stderr)
+        return 1
+    if "--profile" in args:
+        print(f"Name    : {name}:{stream}:20251130000000:4e9c8a1b:x86_64")
+        for prof, rpms in sorted(mod.get("profiles", {}).get(stream, {}).items()):
+            for i, r in enumerate(sorted(rpms)):
+                print(f"{prof if i == 0 else '':<8}: {r}")
+        return 0
+    arts = sorted(nevra(p) for p in state["available"]
+                  if p.get("module") == name and p.get("stream") == stream)  # fmt: skip
+    print(f"Name             : {name}\nStream           : {stream}")
+    for i, a in enumerate(arts):
+        print(f"{'Artifacts' if i == 0 else '':<17}: {a}")
+    print("\nHint: [d]efault, [e]nabled, [x]disabled, [i]nstalled, [a]ctive")
+    return 0
+
+
+def systemctl(args: list[str]) -> int:
+    state = load()
+    state["calls"].append(["systemctl", *args])
+    units = state.setdefault("units", {})
+    words = [a for a in args if not a.startswith("-")]
+    if not words:
+        save(state)
+        return 0
+    cmd, unit = words[0], (words[1] if len(words) > 1 else "").removesuffix(".service")
+    present = os.path.exists(os.path.join(os.environ.get("FAKE_UNIT_DIR", "/nonexistent"),
+                                          f"{unit}.service"))  # fmt: skip
+    u = units.setdefault(unit, {"enabled": False, "active": False}) if present else None
+    rc = 0
+    if cmd == "show":
+        if u is None:
+            print(f"Id={unit}.service\nLoadState=not-found\nActiveState=inactive")
+        else:
+            print(f"Id={unit}.service\nLoadState=loaded\n"
+                  f"ActiveState={'active' if u['active'] else 'inactive'}")  # fmt: skip
+    elif cmd == "is-enabled":
+        print("enabled" if u and u["enabled"] else "disabled")
+        rc = 0 if u and u["enabled"] else 1
+    elif cmd in ("enable", "disable", "start", "stop", "restart"):
+        if u is None:
+            print(f"Failed to {cmd} {unit}.service: Unit not found.", file=sys.stderr)
+            rc = 5
+        elif cmd in ("enable", "disable"):
+            u["enabled"] = cmd == "enable"
+        else:
+            u["active"] = cmd != "stop"
+    elif cmd in ("daemon-reload", "is-active"):
+        rc = 0
+    else:
+        rc = 64
+    save(state)
+    return rc
+
+
 def main() -> int:
     prog = os.path.basename(sys.argv[0])
     if prog == "rpm":
         return rpm(sys.argv[1:])
     if prog == "dnf":
         return dnf(sys.argv[1:])
+    if prog == "systemctl":
+        return systemctl(sys.argv[1:])
     return 64
 
 

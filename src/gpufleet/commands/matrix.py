@@ -29,7 +29,11 @@ def run(args: argparse.Namespace) -> int:
         print(render_markdown())
         return 0
     path = Path(args.update_readme)
-    old = path.read_text(encoding="utf-8")
+    try:
+        old = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise GpufleetError(f"--update-readme {path}: cannot read it ({reason})") from None
     try:
         new = update_readme(old)
     except ValueError as exc:
@@ -39,6 +43,11 @@ def run(args: argparse.Namespace) -> int:
             raise GpufleetError(f"{path}: support matrix is out of date; run `make matrix`")
         return 0
     if new != old:
-        path.write_text(new, encoding="utf-8")
+        try:
+            path.write_text(new, encoding="utf-8")
+        except OSError as exc:
+            raise GpufleetError(
+                f"--update-readme {path}: cannot write it ({exc.strerror})"
+            ) from None
         print(f"{path}: support matrix updated")
     return 0

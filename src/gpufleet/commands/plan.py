@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from gpufleet import argtypes
 from gpufleet.plan import PlanRequest, describe, make_plan
 
 
@@ -16,21 +17,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Choose the torch wheel variant, CUDA toolkit and NVIDIA driver for a "
         "node, or refuse an impossible combination (exit 2) with the nearest ones that work.",
     )
-    p.add_argument("--torch", required=True, metavar="X.Y.Z", help="torch release, e.g. 2.11.0")
+    p.add_argument(
+        "--torch",
+        type=argtypes.dotted_version("X.Y.Z"),
+        required=True,
+        metavar="X.Y.Z",
+        help="torch release, e.g. 2.11.0",
+    )
     p.add_argument(
         "--cuda",
         metavar="VARIANT",
         help="force a wheel variant: cu126, cu130, ... or cpu (default: planner)",
     )
     p.add_argument("--os", metavar="OS", help="target OS, e.g. rocky9, el8, rhel10, centos7")
-    p.add_argument("--driver", metavar="VERSION", help="installed driver, e.g. 570.86.15")
+    p.add_argument(
+        "--driver",
+        type=argtypes.driver_version,
+        metavar="VERSION",
+        help="installed driver, e.g. 570.86.15",
+    )
     p.add_argument(
         "--gpu-arch",
         metavar="LIST",
         default="",
         help="comma-separated GPU architectures: sm_80, 9.0 or codenames (GA100)",
     )
-    p.add_argument("--python", metavar="X.Y", help="Python of the environment, e.g. 3.11")
+    p.add_argument(
+        "--python",
+        type=argtypes.dotted_version("X.Y"),
+        metavar="X.Y",
+        help="Python of the environment, e.g. 3.11",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 

@@ -1,21 +1,103 @@
 """``gpufleet probe serve|connect``: the TCP pre-check of make verify (gpufleet.netprobe)."""
 
-# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
-
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import socket
+import time
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
+
+from gpufleet import argtypes, netcfg, netprobe
+from gpufleet.commands import add_command
 
 
 def register(sub: Any) -> None:
-    from gpufleet import netprobe
-
-    p: argparse.ArgumentParser = sub.add_parser(
+    p = add_command(
+        sub,
         "probe",
-        help="TCP reachability pre-check between nodes (rendezvous + mesh)",
-        description=netprobe.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "TCP reachability pre-check between nodes (rendezvous + mesh)",
+        netprobe.__doc__,
     )
-    netprobe.add_arguments(p)
-    p.set_defaults(func=netprobe.run)
+    _add_arguments(p)
+    p.set_defaults(func=run)
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="probe_cmd", metavar="SUBCOMMAND", required=True)
+    s = sub.add_parser("serve", help="listen on ports for a while")
+    s.add_argument("--name", default=socket.gethostname())
+    s.add_argument("--bind", default="0.0.0.0")
+    s.add_argument("--port", type=argtypes.port, action="append", required=True)
+    s.add_argument("--duration", type=argtypes.timeout_s, default=60.0, help="seconds, hard limit")
+    s.add_argument("--expect", type=argtypes.count, default=0, help="stop after N connections")
+    s.add_argument("--pidfile", default="", help="write this process's PID here")
+    s.add_argument(
+        "--rendezvous-port",
+        type=argtypes.port,
+        default=None,
+        help="which of the ports is torchrun's rendezvous port (for messages)",
+    )
+    s.add_argument(
+        "--result-json",
+        default="",
+        help="on a port held by another process, write a ResultFile (kind probe-listen)",
+    )
+    c = sub.add_parser("connect", help="connect to targets, report blocked pairs")
+    c.add_argument("--name", default=socket.gethostname(), help="this node's name")
+    c.add_argument("--target", action="append", default=[], help="NAME=HOST:PORT[:ROLE]")
+    c.add_argument("targets", nargs="*", metavar="NAME=HOST:PORT[:ROLE]", help="more targets")
+    c.add_argument("--timeout", type=argtypes.timeout_s, default=3.0, help="seconds per try")
+    c.add_argument("--retries", type=argtypes.retries, default=3)
+    c.add_argument("--json", default="", help="write results here")
+    c.add_argument("--result-json", default="", help="write a ResultFile (kind probe) here")
+    c.add_argument(
+        "--env-file",
+        default="",
+        help="check the interfaces named in this env file (nccl.env) exist here",
+    )
+    c.add_argument(
+        "--ifaces-json",
+        default="",
+        help="write that check as a ResultFile (kind probe-ifaces) here",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.probe_cmd == "serve":
+        if args.pidfile:
+            Path(args.pidfile).write_text(f"{os.getpid()}\n", encoding="utf-8")
+        roles = {args.rendezvous_port: "rendezvous"} if args.rendezvous_port else {}
+        try:
+            n = netprobe.serve(args.name, args.bind, args.port, args.duration, args.expect, roles)
+        except netprobe.PortInUse as exc:
+            if args.result_json:
+                netprobe.listen_failure_file(args.name, exc).write(args.result_json)
+            raise
+        print(f"{args.name}: accepted {n} connection(s) on {args.bind}:{args.port}")
+        return 0
+    iface_problems: list[str] = []
+    if args.env_file:
+        env = netcfg.read_env_file(args.env_file)
+        iface_problems = netprobe.ifname_problems(env, netprobe.node_interfaces())
+        for line in iface_problems:
+            print(f"BLOCKED {args.name}: {line}")
+        if args.ifaces_json:
+            netprobe.ifname_result_file(args.name, iface_problems, args.env_file).write(
+                args.ifaces_json
+            )
+    targets = [netprobe.parse_target(t) for t in [*args.target, *args.targets]]
+    t0 = time.time()
+    results = netprobe.probe(args.name, targets, args.timeout, args.retries)
+    for r in results:
+        print(r.line())
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps([asdict(r) for r in results], indent=2) + "\n", encoding="utf-8"
+        )
+    if args.result_json:
+        netprobe.result_file(args.name, results, time.time() - t0).write(args.result_json)
+    return 0 if all(r.ok for r in results) and not iface_problems else 1

@@ -1,23 +1,65 @@
-"""``gpufleet report reports/<run-id>``: summary.json, summary.md, bandwidth.png, table.
+"""``gpufleet report``: aggregate a verify run, or read torchrun's root cause of a log.
 
-Exit code 1 when any record failed (docs/architecture.md)."""
+gpufleet report summary reports/<run-id> [--latest] [--no-plot] [--quiet]
+    summary.json, summary.md, bandwidth.png and the table; exit 1 when any record
+    failed (docs/architecture.md). ``gpufleet report reports/<run-id>`` is the same.
+gpufleet report root-cause LOG
+    torchrun's "Root Cause (first observed failure)" of a launch log as one JSON
+    object ({} when the log has none); used by roles/verify.
+"""
 
-# ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
+# ruff: noqa: PLC0415  (jinja2/matplotlib are imported lazily on purpose)
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
+
+from gpufleet.commands import add_command
+
+# Sub-commands; ``gpufleet report RUN_DIR`` means ``gpufleet report summary RUN_DIR``.
+SUBCOMMANDS = ("summary", "root-cause")
+DEFAULT_SUBCOMMAND = "summary"
 
 
 def register(sub: Any) -> None:
-    from gpufleet import report
-
-    p: argparse.ArgumentParser = sub.add_parser(
-        "report",
-        help="aggregate a verify run into summary.json/md and bandwidth.png",
-        description=report.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = add_command(
+        sub, "report", "aggregate a verify run into summary.json/md and bandwidth.png", __doc__
     )
-    report.add_arguments(p)
-    p.set_defaults(func=report.run)
+    rsub = p.add_subparsers(dest="report_cmd", metavar="SUBCOMMAND", required=True)
+    s = rsub.add_parser("summary", help="write summary.json/md, bandwidth.png; print the table")
+    s.add_argument("run_dir", help="reports/<run-id>")
+    s.add_argument("--no-plot", action="store_true", help="skip bandwidth.png")
+    s.add_argument("--latest", action="store_true", help="point reports/latest at RUN_DIR")
+    s.add_argument("--quiet", action="store_true", help="no table on stdout")
+    s.set_defaults(func=run_summary)
+    r = rsub.add_parser("root-cause", help="torchrun's root cause of a launch log, as JSON")
+    r.add_argument("log", metavar="LOG", help="launcher output, e.g. <run dir>/allreduce.log")
+    r.set_defaults(func=run_root_cause)
+
+
+def run_summary(args: argparse.Namespace) -> int:
+    from gpufleet.report import table, update_latest, write_report
+
+    s = write_report(args.run_dir, plot=not args.no_plot)
+    if args.latest:
+        update_latest(s.run_dir.resolve())
+    if not args.quiet:
+        print(table(s))
+        print(f"\nreport: {s.run_dir}/summary.md (summary.json, bandwidth.png)")
+    return s.exit_code
+
+
+def run_root_cause(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from gpufleet.errors import GpufleetError
+    from gpufleet.report import root_cause
+
+    try:
+        text = Path(args.log).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise GpufleetError(f"cannot read {args.log}: {exc.strerror or exc}") from None
+    print(json.dumps(root_cause(text)))
+    return 0

@@ -4,7 +4,9 @@ Every rank writes rank<N>.json (correctness, host, device). Rank 0 also writes t
 rows. With ``--result-json`` the local rank 0 of every node writes a ResultFile (kind
 "allreduce") for the cluster report: correctness and the busbw gate as Records, the rows
 as bandwidth (rank 0's node only carries the rows). Time per size = max over ranks of the
-per-iteration mean.
+per-iteration mean. Every rank also records its raw per-iteration timings, byte counts and
+the min/max of the reduced buffer ("raw"; rank 0's ResultFile has all ranks' in meta.raw),
+so that tests recompute the rows without bench's formulas.
 """
 
 # ruff: noqa: PLC0415  (torch/NVML/jinja2/matplotlib are imported lazily on purpose)
@@ -12,12 +14,15 @@ per-iteration mean.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import os
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
-from gpufleet import bench
+from gpufleet import bench, nccltransport
 from gpufleet.results import BandwidthRow, Record, ResultFile
 from gpufleet.workers.common import RankEnv, base_parser, run_worker
 
@@ -48,6 +53,7 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
 
     if env.local_rank == 0:
         print(f"{tag}: correctness {total_wrong} wrong; sweeping {args.sizes}", flush=True)
+    raw: list[dict[str, Any]] = []
     rows = bench.run_sweep(
         bench.parse_sizes(args.sizes),
         dtype=args.dtype,
@@ -56,7 +62,11 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
         device=device,
         backend=backend,
         progress=progress,
+        raw=raw,
     )
+    # every rank's raw timings, so that a reader recomputes the rows without bench's formulas
+    raws: list[Any] = [None] * env.world_size
+    dist.all_gather_object(raws, {"rank": env.rank, "sizes": raw})
     gpu = str(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
     threshold = bench.lookup_threshold(
         gpu,
@@ -86,13 +96,17 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
     )
     verdict = bench.gate(rows, threshold, node)
     if args.result_json and env.local_rank == 0:
+        # every rank finished its NCCL init (and logged it) before the sweep could complete
+        transport = dataclasses.replace(
+            nccltransport.node_record(Path(args.out_dir), backend), node=node
+        )
         rf = ResultFile(
             kind=args.kind,
             node=node,
             mode="gpu" if device.type == "cuda" else "cpu",
             started=started.strftime("%Y-%m-%dT%H:%M:%SZ"),
             duration_s=(datetime.datetime.now(datetime.timezone.utc) - started).total_seconds(),
-            records=[correct, verdict] if env.rank == 0 else [correct],
+            records=[correct, verdict, transport] if env.rank == 0 else [correct, transport],
             bandwidth=rows if env.rank == 0 else [],
             meta={
                 "backend": backend,
@@ -105,6 +119,7 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
                 "time": "max over ranks of the per-iteration mean",
                 "busbw_factor": bench.busbw_factor(env.world_size),
                 "ranks": hosts,
+                "raw": raws if env.rank == 0 else [],
                 "torch": torch.__version__,
             },
         )
@@ -116,6 +131,7 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
         "expected_sum": bench.expected_sum(env.world_size),
         "ranks": hosts,
         "rows": [r.to_dict() for r in rows] if env.rank == 0 else [],
+        "raw": raw,
         "threshold": threshold.value,
         "threshold_source": threshold.source,
         "gate": verdict.to_dict(),
@@ -134,7 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--result-node", default="", help="node name in the result file")
     p.add_argument("--result-json", default="", help="ResultFile written by local rank 0")
     p.add_argument("--kind", default="allreduce", help="ResultFile kind")
+    p.add_argument(
+        "--no-nccl-transport",
+        action="store_true",
+        help="do not set NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,NET) to record the transport",
+    )
     args = p.parse_args(argv)
+    if not args.no_nccl_transport:  # before init: NCCL reads these at its first communicator
+        os.environ.update(nccltransport.debug_env(Path(args.out_dir)))
     if not args.sizes:
         import torch
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import os
 import socket
 import sys
@@ -81,6 +82,29 @@ def init(env: RankEnv, backend: str, device: Any, timeout_s: float) -> None:
     dist.init_process_group(**kwargs)
 
 
+def teardown(*, synchronize: bool) -> dict[str, Any]:
+    """Destroy the process group so that no rank exits with a live gloo group.
+
+    ``synchronize`` (the body succeeded): a barrier first, so no rank closes its
+    connections while a peer is still inside a collective. Not on the error path: a
+    failed peer may never reach it. Garbage is collected before and after, so nothing
+    unreachable keeps the group (its threads and sockets) alive until interpreter exit.
+    """
+    import torch.distributed as dist
+
+    out: dict[str, Any] = {}
+    try:
+        gc.collect()
+        if synchronize:
+            dist.barrier()
+        dist.destroy_process_group()
+        gc.collect()
+        out["destroyed"] = True
+    except Exception as exc:
+        out["destroy_error"] = repr(exc)
+    return out
+
+
 def base_parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--out-dir", required=True, help="directory for rank<N>.json")
@@ -141,11 +165,7 @@ def run_worker(
         rc = 1
     finally:
         if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-                result["destroyed"] = True
-            except Exception as exc:
-                result["destroy_error"] = repr(exc)
+            result.update(teardown(synchronize=rc == 0))
         result["duration_s"] = round(time.time() - started, 3)
         write_json_atomic(out / f"rank{env.rank}.json", result)
     return rc

@@ -24,6 +24,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpufleet.netcfg import read_env_file
+
 EXIT_TIMEOUT = 124
 
 
@@ -35,6 +37,21 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def kill_group(pgid: int, grace: float) -> bool:
@@ -53,24 +70,6 @@ def kill_group(pgid: int, grace: float) -> bool:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
     return True
-
-
-def read_env_file(path: str) -> dict[str, str]:
-    """KEY=VALUE lines (``export`` and quotes allowed, # comments), as in /etc/gpufleet/nccl.env."""
-    env: dict[str, str] = {}
-    p = Path(path)
-    if not p.is_file():
-        return env
-    for raw in p.read_text(encoding="utf-8").splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, value = line.removeprefix("export ").split("=", 1)
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        env[key.strip()] = value
-    return env
 
 
 def run(

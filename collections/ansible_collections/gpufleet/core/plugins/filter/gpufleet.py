@@ -1,7 +1,4 @@
-# -*- coding: utf-8 -*-
-# Copyright: gpufleet contributors
-# Apache-2.0
-"""Filters through which the roles reach the gpufleet planner (the single version truth).
+"""Filters through which the roles reach the gpufleet planner and its decisions.
 
 gpufleet.core.plan             inputs (dict and/or kwargs) -> plan dict; a refusal raises
                                AnsibleFilterError carrying the planner's paragraph verbatim
@@ -11,148 +8,107 @@ gpufleet.core.gpus_from_lspci  text of `lspci -nn -d 10de:` -> list of GPU dicts
 gpufleet.core.el_target        (distribution, major, arch[, release]) -> EL classification
 gpufleet.core.nvidia_driver_choice  plan + EL major + overrides -> stream / packages
 gpufleet.core.preflight_problems    observations -> list of messages
+gpufleet.core.dcgm_packages         (DCGM major, plan CUDA) -> DCGM package names
 
-The planner is imported from the controller's gpufleet package (`make setup`) on first
-use, so listing or linting the collection does not need it.
+Thin adapters: every table and rule lives in the gpufleet package of the controller venv
+(`make setup`): gpufleet.plan, gpufleet.osinfo, gpufleet.gpuarch, gpufleet.driverchoice and
+gpufleet.preflight. The package is imported on first use, so listing or linting the
+collection does not need it.
 """
 
-from __future__ import absolute_import, division, print_function
+from __future__ import annotations
 
-__metaclass__ = type
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpufleet.core.plugins.module_utils.nvidia import (
-    ChoiceError,
-    driver_choice,
-    el_target,
-    stale_versionlock_entries,
-    versionlock_entries,
-)
-from ansible_collections.gpufleet.core.plugins.module_utils.preflight import (
-    disk_rows,
-    preflight_problems,
-)
+from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import gpufleet_required
 
-PLAN_FIELDS = ("torch", "variant", "os", "driver", "gpu_archs", "python")
+if TYPE_CHECKING:  # annotations only: the package is imported by the functions below
+    from gpufleet.plan import PlanRequest
 
 
-def _planner():
-    try:
+def _request(data: object = None, **kwargs: Any) -> PlanRequest:
+    """One PlanRequest from the filter's input (PlanRequest.from_mapping normalises it)."""
+    with gpufleet_required():
         from gpufleet import plan as planmod
-    except ImportError as exc:  # pragma: no cover - depends on the controller venv
-        raise AnsibleFilterError(
-            "gpufleet.core.plan needs the gpufleet package on the controller "
-            "(run `make setup` and use .venv/bin/ansible-playbook): %s" % exc
-        ) from exc
-    return planmod
-
-
-def _request_args(data=None, **kwargs):
+        from gpufleet.errors import RefusedError
     if data is None:
-        args = {}
-    elif isinstance(data, dict):
-        args = dict(data)
+        data = {}
     elif isinstance(data, str):
-        args = {"torch": data}
-    else:
+        data = {"torch": data}
+    if not isinstance(data, Mapping):
         raise AnsibleFilterError(
             "gpufleet.core.plan: input must be a dict of %s or a torch version string, got %s"
-            % (", ".join(PLAN_FIELDS), type(data).__name__)
+            % (", ".join(planmod.REQUEST_FIELDS), type(data).__name__)
         )
-    args.update(kwargs)
-    unknown = sorted(set(args) - set(PLAN_FIELDS))
-    if unknown:
-        raise AnsibleFilterError(
-            "gpufleet.core.plan: unknown input(s) %s; known: %s"
-            % (", ".join(unknown), ", ".join(PLAN_FIELDS))
-        )
-    if not args.get("torch"):
-        raise AnsibleFilterError("gpufleet.core.plan: torch is required (gpufleet_torch_version)")
-    # Empty strings from inventory mean "planner's choice / unknown".
-    out = {k: (v if v not in ("", None) else None) for k, v in args.items()}
-    archs = out.get("gpu_archs")
-    if archs is None:
-        out["gpu_archs"] = ()
-    elif isinstance(archs, str):
-        out["gpu_archs"] = tuple(a.strip() for a in archs.split(",") if a.strip())
-    else:
-        out["gpu_archs"] = tuple(str(a) for a in archs)
-    for key in ("torch", "variant", "os", "driver", "python"):
-        if out.get(key) is not None:
-            out[key] = str(out[key])
-    return out
-
-
-def _refusals(planmod):
-    """Exception types that mean 'this input cannot work' (reported, not crashed on)."""
-    types = [planmod.PlanRefused, ValueError]
     try:
-        from gpufleet.errors import RefusedError
-
-        types.append(RefusedError)
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(types)
+        return planmod.PlanRequest.from_mapping({**data, **kwargs})
+    except RefusedError as exc:
+        raise AnsibleFilterError("gpufleet.core.plan: %s" % exc) from None
 
 
-def _make(args):
-    planmod = _planner()
-    request = planmod.PlanRequest(**args)
+def _make(request: PlanRequest) -> dict[str, Any]:
+    with gpufleet_required():
+        from gpufleet import plan as planmod
     return dict(planmod.make_plan(request).to_dict())
 
 
-def plan(data=None, **kwargs):
-    args = _request_args(data, **kwargs)
-    planmod = _planner()
+def _refusals() -> tuple[type[BaseException], ...]:
+    """Exception types that mean 'this input cannot work' (reported, not crashed on)."""
+    with gpufleet_required():
+        from gpufleet.errors import RefusedError
+    return (RefusedError, ValueError)
+
+
+def plan(data: object = None, **kwargs: Any) -> dict[str, Any]:
+    request = _request(data, **kwargs)
     try:
-        return _make(args)
-    except _refusals(planmod) as exc:
+        return _make(request)
+    except _refusals() as exc:
         # the planner's paragraph, verbatim and without a chained traceback
         raise AnsibleFilterError(str(exc)) from None
 
 
-def plan_check(data=None, **kwargs):
-    args = _request_args(data, **kwargs)
-    planmod = _planner()
+def plan_check(data: object = None, **kwargs: Any) -> dict[str, Any]:
+    request = _request(data, **kwargs)
     try:
-        return {"plan": _make(args), "refused": None}
-    except _refusals(planmod) as exc:
+        return {"plan": _make(request), "refused": None}
+    except _refusals() as exc:
         return {"plan": None, "refused": str(exc)}
 
 
-def _device_dict(dev):
-    if hasattr(dev, "to_dict"):
-        return dict(dev.to_dict())
-    return {k: getattr(dev, k, None) for k in ("pci", "name", "codename", "arch", "family")}
-
-
-def gpus_from_lspci(text):
-    try:
-        from gpufleet.gpuarch import parse_lspci
-    except ImportError as exc:  # pragma: no cover
-        raise AnsibleFilterError("gpufleet.core.gpus_from_lspci needs gpufleet: %s" % exc) from exc
+def gpus_from_lspci(text: object) -> list[dict[str, object]]:
+    with gpufleet_required():
+        from gpufleet import gpuarch
     if isinstance(text, (list, tuple)):
         text = "\n".join(str(t) for t in text)
-    return [_device_dict(d) for d in parse_lspci(str(text or ""))]
+    return [d.to_dict() for d in gpuarch.parse_lspci(str(text or ""))]
 
 
-def el_target_filter(distribution, major, arch, release=""):
-    return el_target(distribution, major, arch, release)
+def el_target_filter(
+    distribution: object, major: object, arch: object, release: object = ""
+) -> dict[str, Any]:
+    with gpufleet_required():
+        from gpufleet import osinfo
+    return osinfo.el_target(distribution, major, arch, release)
 
 
 def nvidia_driver_choice(
-    plan_dict,
-    el_major,
-    flavor="",
-    branch="",
-    packaging="dkms",
-    compute_only=False,
-    packages=None,
-    errors="strict",
-):
+    plan_dict: Mapping[str, Any],
+    el_major: int | str,
+    flavor: str = "",
+    branch: str = "",
+    packaging: str = "dkms",
+    compute_only: bool = False,
+    packages: Sequence[str] | None = None,
+    errors: str = "strict",
+) -> dict[str, Any]:
     """errors='strict' raises AnsibleFilterError; errors='return' returns {'error': {...}}."""
+    with gpufleet_required():
+        from gpufleet import driverchoice as dc
     try:
-        return driver_choice(
+        result = dc.driver_choice(
             plan_dict,
             el_major,
             flavor=flavor,
@@ -161,26 +117,58 @@ def nvidia_driver_choice(
             compute_only=compute_only,
             packages=packages or None,
         )
-    except ChoiceError as exc:
+    except dc.ChoiceError as exc:
         if errors == "return":
             return {"error": {"variable": exc.variable, "message": exc.message}}
         raise AnsibleFilterError("%s: %s" % (exc.variable, exc.message)) from None
+    except ValueError as exc:  # not a plan (Plan.from_dict)
+        raise AnsibleFilterError("gpufleet.core.nvidia_driver_choice: %s" % exc) from None
+    return result
 
 
-def preflight_problems_filter(obs):
-    return preflight_problems(obs)
+def preflight_problems(obs: Mapping[str, Any]) -> list[str]:
+    with gpufleet_required():
+        from gpufleet import preflight
+    return preflight.preflight_problems(obs)
+
+
+def preflight_disks(results: Iterable[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+    with gpufleet_required():
+        from gpufleet import preflight
+    return preflight.disk_rows(results)
+
+
+def nvidia_versionlock_entries(choice: Mapping[str, Any], installed: str | list[str]) -> list[str]:
+    with gpufleet_required():
+        from gpufleet import driverchoice as dc
+    return dc.versionlock_entries(choice, installed)
+
+
+def nvidia_stale_versionlock_entries(
+    locklist: str | list[str], branch: str, wanted: Sequence[str] | None = None
+) -> list[str]:
+    with gpufleet_required():
+        from gpufleet import driverchoice as dc
+    return dc.stale_versionlock_entries(locklist, branch, wanted)
+
+
+def dcgm_packages(major: int | str, cuda: str | None) -> list[str]:
+    with gpufleet_required():
+        from gpufleet import dcgm
+    return dcgm.packages(major, cuda)
 
 
 class FilterModule:
-    def filters(self):
+    def filters(self) -> dict[str, Callable[..., Any]]:
         return {
             "plan": plan,
             "plan_check": plan_check,
             "gpus_from_lspci": gpus_from_lspci,
             "el_target": el_target_filter,
             "nvidia_driver_choice": nvidia_driver_choice,
-            "preflight_problems": preflight_problems_filter,
-            "preflight_disks": disk_rows,
-            "nvidia_versionlock_entries": versionlock_entries,
-            "nvidia_stale_versionlock_entries": stale_versionlock_entries,
+            "preflight_problems": preflight_problems,
+            "preflight_disks": preflight_disks,
+            "nvidia_versionlock_entries": nvidia_versionlock_entries,
+            "nvidia_stale_versionlock_entries": nvidia_stale_versionlock_entries,
+            "dcgm_packages": dcgm_packages,
         }

@@ -12,10 +12,11 @@ from typing import Any
 
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
     as_filters,
-    import_gpufleet,
+    gpufleet_required,
 )
 
-inventory = import_gpufleet("inventory")
+with gpufleet_required():
+    from gpufleet import inventory
 
 
 def inventory_problems(
@@ -26,19 +27,9 @@ def inventory_problems(
     return list(inventory.inventory_problems(nodes, group))
 
 
-def range_problems(rows: Iterable[Mapping[str, Any]], node: str = "") -> list[str]:
-    """``[{name, value, min, max, allowed, number}] | gpufleet.core.range_problems(host)``."""
-    return list(inventory.range_problems(inventory.ranges_from_mappings(rows), node))
-
-
-def verify_settings_problems(settings: Mapping[str, Any], node: str = "") -> list[str]:
-    """``{verify_iters: ..., ...} | gpufleet.core.verify_settings_problems(host)``."""
-    return list(inventory.verify_settings_problems(settings, node))
-
-
 class FilterModule:
     """gpufleet.core input-check filters."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        funcs = (inventory_problems, range_problems, verify_settings_problems)
+        funcs = (inventory_problems,)
         return as_filters(funcs, (inventory.InventoryError, ValueError, TypeError, KeyError))

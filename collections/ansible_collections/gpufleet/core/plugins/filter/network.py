@@ -13,10 +13,11 @@ from typing import Any
 
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
     as_filters,
-    import_gpufleet,
+    gpufleet_required,
 )
 
-netcfg = import_gpufleet("netcfg")
+with gpufleet_required():
+    from gpufleet import netcfg
 
 
 def cidr(value: str, name: str = "gpufleet_cluster_cidr") -> str:

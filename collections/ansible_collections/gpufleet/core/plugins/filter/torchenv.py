@@ -1,4 +1,4 @@
-"""torch_env filters: the torch build to install, mirror URL checks, manifest merge.
+"""torch_env filters: the torch build to install, mirror URL checks, manifest read/merge.
 
 Thin adapters over :mod:`gpufleet.nodeenv` (imported from the controller venv that
 ``make setup`` builds); errors become ``AnsibleFilterError`` naming the variable.
@@ -11,10 +11,11 @@ from typing import Any
 
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
     as_filters,
-    import_gpufleet,
+    gpufleet_required,
 )
 
-nodeenv = import_gpufleet("nodeenv")
+with gpufleet_required():
+    from gpufleet import nodeenv
 
 
 def torch_wheel(
@@ -56,6 +57,11 @@ def manifest_merge(existing: object, updates: Mapping[str, Any], now: str) -> di
     return nodeenv.merge_manifest(existing, updates, now)
 
 
+def manifest_read(content_b64: object, path: str, node: str) -> dict[str, Any]:
+    """``slurped.content | gpufleet.core.manifest_read(path, node)`` -> {data, error}."""
+    return nodeenv.read_manifest(content_b64, path, node)
+
+
 class FilterModule:
     """gpufleet.core torch_env filters."""
 
@@ -67,5 +73,6 @@ class FilterModule:
             redact_url,
             untrusted_http_hosts,
             manifest_merge,
+            manifest_read,
         )
         return as_filters(funcs, (nodeenv.EnvConfigError, ValueError, TypeError))

@@ -14,15 +14,55 @@ reports no change. GPG checking is never weakened: no option of this module adds
 ``--nogpgcheck`` or ``gpgcheck=0``.
 
 ``runner(argv) -> (rc, stdout, stderr)`` is injected so that tests drive fake dnf/rpm
-executables. Python 3.8 compatible.
+executables. Python 3.8 compatible: the types are in type comments (checked by mypy in
+`make lint`), and the names they use exist only while type checking.
 """
 
 from __future__ import absolute_import, division, print_function
 
 import fnmatch
 import re
+from typing import TYPE_CHECKING
 
 __metaclass__ = type
+
+if TYPE_CHECKING:  # never true on a node: nothing below is imported or evaluated there
+    from typing import Callable, TypedDict
+
+    # runner(argv) -> (rc, stdout, stderr), e.g. AnsibleModule.run_command
+    Runner = Callable[[list[str]], tuple[int, str, str]]
+
+    class Params(TypedDict, total=False):
+        """The module's parameters (plugins/modules/dnf_cli.py argument_spec)."""
+
+        name: list[str]
+        state: str
+        module_stream: str | None
+        module_action: str
+        allowerasing: bool
+        enablerepo: list[str]
+        disablerepo: list[str]
+        install_weak_deps: bool
+        update_cache: bool
+
+    class ModuleState(TypedDict):
+        streams: list[str]
+        enabled: str | None
+        disabled: bool
+
+    class Result(TypedDict):
+        """What the module returns (its RETURN documentation, plus changed and msg)."""
+
+        changed: bool
+        msg: str
+        module_before: str | None
+        module_after: str | None
+        installed: list[str]
+        removed: list[str]
+        commands: list[list[str]]
+        to_install: list[str]
+        to_remove: list[str]
+
 
 STATES = ("present", "absent", "latest")
 MODULE_ACTIONS = ("enable", "switch-to", "reset")
@@ -61,6 +101,7 @@ _REMEDIES = (
 
 
 def remedy(output):
+    # type: (str) -> str
     """The advice for a known dnf failure in ``output``, else ''."""
     for needles, advice in _REMEDIES:
         if any(n in output for n in needles):
@@ -70,12 +111,14 @@ def remedy(output):
 
 class DnfCliError(Exception):
     def __init__(self, msg, **extra):
+        # type: (str, **object) -> None
         super(DnfCliError, self).__init__(msg)
         self.msg = msg
         self.extra = extra
 
 
 def normalize_spec(spec):
+    # type: (object) -> str
     """'kernel-devel-uname-r == 4.18.0-553.el8.x86_64' -> 'kernel-devel-uname-r = 4.18...'."""
     spec = str(spec).strip()
     m = _REL.match(spec)
@@ -86,14 +129,17 @@ def normalize_spec(spec):
 
 
 def is_relation(spec):
+    # type: (str) -> bool
     return _REL.match(spec) is not None
 
 
 def is_glob(spec):
+    # type: (str) -> bool
     return _GLOB.search(spec) is not None
 
 
 def split_nevra(entry):
+    # type: (str) -> tuple[str, str, str, str]
     """'nvidia-open-3:580.95.05-1.el10.x86_64' (RPM_QF) -> (name, version, release, arch)."""
     ne, _, vra = entry.partition(":")
     name = ne.rsplit("-", 1)[0]
@@ -103,6 +149,7 @@ def split_nevra(entry):
 
 
 def glob_matches(entry, pattern):
+    # type: (str, str) -> bool
     name, version, release, arch = split_nevra(entry)
     forms = (
         name,
@@ -115,17 +162,18 @@ def glob_matches(entry, pattern):
 
 
 def parse_module_list(text, name):
+    # type: (str, str) -> dict[str, set[str]]
     """Parse `dnf module list NAME` output -> {stream: set(flags)} for module NAME.
 
     Flags: d (default), e (enabled), x (disabled), i (installed).
     """
-    streams = {}
+    streams = {}  # type: dict[str, set[str]]
     for line in text.splitlines():
         tokens = line.split()
         if len(tokens) < 2 or tokens[0] != name:
             continue
         stream = tokens[1]
-        flags = set()
+        flags = set()  # type: set[str]
         for tok in tokens[2:]:
             if not _FLAG.match(tok):
                 break
@@ -135,12 +183,13 @@ def parse_module_list(text, name):
 
 
 def split_module_spec(spec):
+    # type: (object) -> tuple[str, str | None]
     """'nvidia-driver:580-open' -> ('nvidia-driver', '580-open'); 'nvidia-driver' -> (.., None)."""
     spec = str(spec).strip()
     if spec.startswith("@"):
         spec = spec[1:]
-    name, _, stream = spec.partition(":")
-    stream = stream.split("/")[0] or None
+    name, _, rest = spec.partition(":")
+    stream = rest.split("/")[0] or None
     if not name or not _STREAM.match(name) or (stream is not None and not _STREAM.match(stream)):
         raise DnfCliError("module_stream %r is not NAME or NAME:STREAM" % spec)
     return name, stream
@@ -150,26 +199,31 @@ class DnfCli:
     """One invocation: optional module stream step, then packages."""
 
     def __init__(self, runner, check_mode=False, dnf="dnf", rpm="rpm"):
+        # type: (Runner, bool, str, str) -> None
         self.runner = runner
         self.check_mode = check_mode
         self.dnf = dnf
         self.rpm = rpm
-        self.commands = []  # argv of every state-changing command run (or planned in check mode)
+        # argv of every state-changing command run (or planned in check mode)
+        self.commands = []  # type: list[list[str]]
 
     # -- queries (read-only, also run in check mode) ---------------------------------------
     def _run(self, argv):
+        # type: (list[str]) -> tuple[int, str, str]
         for arg in argv:
             if any(f in arg for f in FORBIDDEN):
                 raise DnfCliError("refusing to run %r: GPG checking is never disabled" % arg)
         return self.runner(argv)
 
     def rpmdb(self):
+        # type: () -> set[str]
         rc, out, err = self._run([self.rpm, "-qa", "--qf", RPM_QF])
         if rc != 0:
             raise DnfCliError("rpm -qa failed: %s" % (err or out).strip())
         return {line.strip() for line in out.splitlines() if line.strip()}
 
     def installed(self, spec):
+        # type: (str) -> bool
         """True when an installed package matches the name / NEVRA / glob / provide spec."""
         if is_glob(spec) and not is_relation(spec):
             # `rpm -qa PATTERN` matches the name only (rpm 4.16+), so "nvidia-open-580.*" would
@@ -183,6 +237,7 @@ class DnfCli:
         return rc == 0
 
     def module_state(self, name, base):
+        # type: (str, list[str]) -> ModuleState
         rc, out, err = self._run([self.dnf, "-q", "-y"] + base + ["module", "list", name])
         if rc != 0:
             raise DnfCliError(
@@ -201,6 +256,7 @@ class DnfCli:
         }
 
     def updates_available(self, names, base):
+        # type: (list[str], list[str]) -> bool
         rc, out, err = self._run([self.dnf, "-q", "-y"] + base + ["check-update"] + names)
         if rc not in (0, 100):
             raise DnfCliError("dnf check-update failed: %s" % (err or out).strip())
@@ -208,6 +264,7 @@ class DnfCli:
 
     # -- changes ---------------------------------------------------------------------------
     def _change(self, argv):
+        # type: (list[str]) -> tuple[str, str]
         self.commands.append(argv)
         if self.check_mode:
             return "", ""
@@ -225,7 +282,8 @@ class DnfCli:
         return out, err
 
     def base_opts(self, p):
-        opts = []
+        # type: (Params) -> list[str]
+        opts = []  # type: list[str]
         for repo in p.get("disablerepo") or []:
             opts.append("--disablerepo=%s" % repo)
         for repo in p.get("enablerepo") or []:
@@ -235,6 +293,7 @@ class DnfCli:
         return opts
 
     def run(self, p):
+        # type: (Params) -> Result
         """p: module parameters. Returns the result dict (changed, msg, ...)."""
         state = p.get("state") or "present"
         if state not in STATES:
@@ -257,9 +316,9 @@ class DnfCli:
             "commands": self.commands,
             "to_install": [],
             "to_remove": [],
-        }
-        msgs = []
-        before_db = None
+        }  # type: Result
+        msgs = []  # type: list[str]
+        before_db = None  # type: set[str] | None
 
         module_spec = p.get("module_stream")
         action = p.get("module_action") or "enable"

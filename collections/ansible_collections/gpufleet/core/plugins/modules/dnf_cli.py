@@ -134,6 +134,7 @@ from ansible_collections.gpufleet.core.plugins.module_utils.dnf_cli import (
 
 
 def main():
+    # type: () -> None
     module = AnsibleModule(
         argument_spec=dict(
             name=dict(type="list", elements="str", default=[]),
@@ -155,7 +156,10 @@ def main():
     env = {"LC_ALL": "C", "LANG": "C"}
 
     def runner(argv):
-        return module.run_command(argv, environ_update=env, check_rc=False)
+        # type: (list[str]) -> tuple[int, str, str]
+        # AnsibleModule has no type hints; run_command returns (rc, stdout, stderr)
+        rc, out, err = module.run_command(argv, environ_update=env, check_rc=False)
+        return rc, out, err
 
     cli = DnfCli(runner, check_mode=module.check_mode, dnf=dnf, rpm=rpm)
     try:

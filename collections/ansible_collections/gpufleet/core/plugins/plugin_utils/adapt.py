@@ -7,18 +7,20 @@ into AnsibleFilterError so the task fails with the text that names the variable 
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterable
-from types import ModuleType
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
 
 
-def import_gpufleet(name: str) -> ModuleType:
-    """`gpufleet.<name>`, or an AnsibleFilterError telling the user to run `make setup`."""
+@contextmanager
+def gpufleet_required() -> Iterator[None]:
+    """Wraps the plugin's ``from gpufleet import ...``: an ImportError becomes an
+    AnsibleFilterError telling the user to run `make setup`. A plain import statement (not
+    importlib) so that mypy checks every adapter against the gpufleet function it calls."""
     try:
-        return importlib.import_module(f"gpufleet.{name}")
+        yield
     except ImportError as exc:  # pragma: no cover - depends on the controller environment
         raise AnsibleFilterError(
             "the gpufleet.core filters need the gpufleet package on the controller; "

@@ -1,0 +1,55 @@
+"""verify filters: the bisection reruns that name the node at fault.
+
+Thin adapter over :mod:`gpufleet.report.localise` (imported from the controller venv that
+``make setup`` builds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
+    as_filters,
+    gpufleet_required,
+)
+
+with gpufleet_required():
+    from gpufleet.report import localise
+
+
+def _names(nodes: Sequence[str], what: str) -> list[str]:
+    if isinstance(nodes, (str, bytes)) or not all(isinstance(n, str) for n in nodes):
+        raise TypeError(f"{what} needs a list of node names, got {nodes!r}")
+    return list(nodes)
+
+
+def bisect_groups(
+    nodes: Sequence[str], history: Sequence[Sequence[Mapping[str, Any]]] = ()
+) -> list[list[str]]:
+    """``nodes | gpufleet.core.bisect_groups(history)`` -> the groups of the next round
+    ([] when done); ``history``: the rounds so far, ``[[{nodes, passed}, ...], ...]``."""
+    return localise.next_groups(_names(nodes, "bisect_groups"), list(history or []))
+
+
+def bisect_outcome(
+    groups: Sequence[Sequence[str]], launch_rc: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """``groups | gpufleet.core.bisect_outcome({node: torchrun rc})`` -> the round as run:
+    ``[{nodes, passed}]``, a group passed when every member's launch exited 0."""
+    return [
+        {"nodes": list(g), "passed": all(str(launch_rc.get(n, -1)).strip() == "0" for n in g)}
+        for g in groups
+    ]
+
+
+def bisect_max_rounds(nodes: Sequence[str]) -> int:
+    """``nodes | gpufleet.core.bisect_max_rounds`` -> the longest bisection of these nodes."""
+    return localise.max_rounds(len(_names(nodes, "bisect_max_rounds")))
+
+
+class FilterModule:
+    """gpufleet.core verify filters."""
+
+    def filters(self) -> dict[str, Callable[..., Any]]:
+        return as_filters((bisect_groups, bisect_outcome, bisect_max_rounds), (TypeError, KeyError))

@@ -1,0 +1,48 @@
+"""The JSON record names of the node checks (the pytest functions are ``test_<name>``)."""
+
+# Check names (the JSON record names; the pytest functions are test_<name>).
+DRIVER_LOADED = "driver_loaded"
+DRIVER_VERSION = "driver_version"
+CUDA_DRIVER_VERSION = "cuda_driver_version"
+NOUVEAU = "nouveau_not_loaded"
+GPU_COUNT = "gpu_count"
+PERSISTENCE = "persistence_mode"
+ECC_MODE = "ecc_mode"
+ECC_UNCORRECTABLE = "ecc_uncorrectable_volatile"
+PAGE_RETIREMENT = "page_retirement"
+ROW_REMAP = "row_remap"
+PCIE_LINK = "pcie_link"
+NVLINK = "nvlink"
+CLOCK_EVENTS = "clock_event_reasons"
+XID = "xid_errors"
+TORCH_CUDA = "torch_cuda_available"
+TORCH_COUNT = "torch_device_count"
+TORCH_ARCH = "torch_arch_list"
+TORCH_CUDA_VERSION = "torch_cuda_version"
+NCCL_VERSION = "nccl_version"
+VISIBLE_DEVICES = "cuda_visible_devices"
+TOOLKIT = "cuda_toolkit"
+
+__all__ = [
+    "CLOCK_EVENTS",
+    "CUDA_DRIVER_VERSION",
+    "DRIVER_LOADED",
+    "DRIVER_VERSION",
+    "ECC_MODE",
+    "ECC_UNCORRECTABLE",
+    "GPU_COUNT",
+    "NCCL_VERSION",
+    "NOUVEAU",
+    "NVLINK",
+    "PAGE_RETIREMENT",
+    "PCIE_LINK",
+    "PERSISTENCE",
+    "ROW_REMAP",
+    "TOOLKIT",
+    "TORCH_ARCH",
+    "TORCH_COUNT",
+    "TORCH_CUDA",
+    "TORCH_CUDA_VERSION",
+    "VISIBLE_DEVICES",
+    "XID",
+]

@@ -1,0 +1,200 @@
+"""Aggregation: reports/<run-id> into a Summary, and the Summary as summary.json."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from gpufleet import training
+from gpufleet.bench import busbw_factor
+from gpufleet.errors import GpufleetError, RefusedError
+from gpufleet.logscan import first_error_note
+from gpufleet.report.localise import analyse_bisection
+from gpufleet.report.logs import junit_records, log_tail, read_text, remedy_for, root_cause
+from gpufleet.report.model import NodeResult, Summary
+from gpufleet.results import SCHEMA, Record, load_result_file
+
+# run.json keys and the JSON type collect() relies on
+_RUN_INFO_TYPES: dict[str, type] = {"nodes": list, "expect": dict, "dropped": dict, "bisect": list}
+
+
+def read_run_info(path: Path) -> dict[str, Any]:
+    """run.json as a dict; a broken file is a GpufleetError (exit 1) naming the file."""
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise GpufleetError(f"{path}: not valid JSON ({exc}); rerun make verify") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GpufleetError(f"{path}: cannot read it ({exc})") from None
+    if not isinstance(info, dict):
+        raise GpufleetError(f"{path}: expected a JSON object, got {type(info).__name__}")
+    for key, typ in _RUN_INFO_TYPES.items():
+        if key in info and not isinstance(info[key], typ):
+            raise GpufleetError(
+                f"{path}: {key!r} must be a JSON {'array' if typ is list else 'object'}"
+            )
+    return info
+
+
+def collect(run_dir: str | os.PathLike[str]) -> Summary:
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise RefusedError(f"{run} is not a directory (expected reports/<run-id>)")
+    info = read_run_info(run / "run.json") if (run / "run.json").is_file() else {}
+    node_names = set(info.get("nodes", []))
+    node_names |= {p.name for p in run.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    nodes: dict[str, NodeResult] = {}
+    for name in sorted(node_names):
+        nr = NodeResult(name)
+        d = run / name
+        seen: set[str] = set()
+        for f in sorted(d.glob("*.json")) if d.is_dir() else []:
+            try:
+                rf = load_result_file(f)
+            except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+                nr.records.append(
+                    Record(
+                        name=f"{f.stem}:result",
+                        status="fail",
+                        node=name,
+                        message=f"unreadable result file {f.name}: {exc}",
+                        remedy="rerun make verify; report the file if it persists",
+                    )
+                )
+                continue
+            if info.get("result_run_ids") and rf.run_id != info.get("run_id"):
+                # a file another run wrote (or one without a run id) never counts
+                nr.records.append(
+                    Record(
+                        name=f"{f.stem}:result",
+                        status="fail",
+                        node=name,
+                        value=rf.run_id,
+                        message=f"{f.name} was written by run {rf.run_id or '(none)'}, not by "
+                        f"this run {info.get('run_id')}: a stale file cannot count",
+                        remedy="rerun make verify (each run gets a fresh run id and run "
+                        "directory); never reuse a RUN_ID",
+                    )
+                )
+                seen.add(f.stem)  # neither its XML twin nor a "missing" record either
+                continue
+            nr.files.append(rf)
+            seen.add(f.stem)
+        for x in sorted(d.glob("*.xml")) if d.is_dir() else []:
+            if x.stem not in seen:
+                nr.records.extend(junit_records(x, name))
+                seen.add(x.stem)
+        dropped = info.get("dropped", {}).get(name)
+        for kind, expected_nodes in info.get("expect", {}).items():
+            if dropped is None and name in expected_nodes and kind not in seen:
+                tail = log_tail(d / f"{kind}.log")
+                nr.records.append(
+                    Record(
+                        name=f"{kind}:result",
+                        status="fail",
+                        node=name,
+                        message=f"no {kind}.json from {name}"
+                        + (
+                            f"; last lines of {kind}.log:\n{tail}"
+                            if tail
+                            else " and no log (the task did not start or the fetch failed)"
+                        ),
+                        remedy=remedy_for(tail)
+                        if tail
+                        else (
+                            f"see the ansible output for {name}: the {kind} step failed or was "
+                            "skipped before writing its result"
+                        ),
+                    )
+                )
+        if dropped is not None:
+            nr.records.append(
+                Record(
+                    name="ansible:node",
+                    status="fail",
+                    node=name,
+                    message=f"{name} dropped out of the run: {str(dropped).strip()[-600:]}",
+                    remedy=(
+                        f"fix {name} (make provision, or check SSH/reachability) "
+                        "and rerun make verify"
+                    ),
+                )
+            )
+        cause = root_cause(read_text(d / "allreduce.log"))
+        if cause.get("signal"):
+            nr.records.append(
+                Record(
+                    name="allreduce:signal",
+                    status="fail",
+                    node=name,
+                    value=cause["signal"],
+                    message=(
+                        f"rank {cause['rank']} (local rank {cause['local_rank']}) on {name} was "
+                        f"killed by {cause['signal']} at {cause['time']}; the other nodes' "
+                        "ranks failed because this peer went away"
+                        + first_error_note(cause, "allreduce.log")
+                    ),
+                    remedy=(
+                        f"{cause['signal']} from outside the run: the kernel OOM killer "
+                        f"(journalctl -k / dmesg on {name}), a job scheduler or an operator; "
+                        "free memory or lower verify_sizes, then rerun make verify"
+                    ),
+                )
+            )
+        nodes[name] = nr
+    summary = Summary(
+        run_id=str(info.get("run_id", run.name)), run_dir=run, run_info=info, nodes=nodes
+    )
+    analyse_bisection(summary)
+    if summary.suspects:
+        summary.suspect_reason = summary.bisect_reason
+    else:  # no bisection verdict: the nodes where a signal killed a rank, else dropped nodes
+        killed = sorted(
+            n for n, nr in nodes.items() if any(r.name == "allreduce:signal" for r in nr.records)
+        )
+        dropped = sorted(info.get("dropped", {}))
+        summary.suspects = killed or dropped
+        summary.suspect_reason = (
+            "killed by a signal" if killed else "dropped out of the run" if dropped else ""
+        )
+    return summary
+
+
+def to_json(s: Summary) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "run_id": s.run_id,
+        "generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "status": s.status,
+        "exit_code": s.exit_code,
+        "counts": s.counts(),
+        "run": s.run_info,
+        "nodes": {
+            n: {
+                "mode": sorted({f.mode for f in nr.files if f.mode in ("gpu", "cpu")}),
+                "files": [f.kind for f in nr.files],
+                "records": [{"kind": k, **r.to_dict()} for k, r in nr.all_records()],
+            }
+            for n, nr in sorted(s.nodes.items())
+        },
+        "failures": [{"node": n, "kind": k, **r.to_dict()} for n, k, r in s.failures()],
+        "bandwidth": [{"source": k, "node": n, **b.to_dict()} for k, n, b in s.bandwidth()],
+        "busbw_factors": {
+            str(w): round(busbw_factor(w), 6)
+            for w in sorted({b.world_size for *_, b in s.bandwidth()})
+        },
+        "bisect": s.bisect_results,
+        "bisect_reason": s.bisect_reason,
+        "suspect_nodes": s.suspects,
+        "suspect_reason": s.suspect_reason,
+        **training_sections(s),
+    }
+
+
+def training_sections(s: Summary) -> dict[str, Any]:
+    """The cluster training record and where each feature ran (gpufleet.training)."""
+    files = [(n, f) for n, nr in sorted(s.nodes.items()) for f in nr.files]
+    return {"training": training.training_record(files), "features": training.features(files)}

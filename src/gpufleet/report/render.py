@@ -1,0 +1,146 @@
+"""Rendering: summary.md (Jinja2), bandwidth.png (matplotlib, Agg), the terminal table,
+and writing the report files of a run."""
+
+# ruff: noqa: PLC0415  (jinja2/matplotlib are imported lazily on purpose)
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gpufleet import training
+from gpufleet.bench import human_size
+from gpufleet.report.aggregate import collect, to_json, training_sections
+from gpufleet.report.model import Summary
+from gpufleet.results import BandwidthRow
+from gpufleet.results import write_json_atomic as _write_json
+
+SUMMARY_FILES = ("summary.json", "summary.md", "bandwidth.png")
+
+
+def render_markdown(s: Summary) -> str:
+    from jinja2 import Environment, PackageLoader, StrictUndefined
+
+    env = Environment(
+        loader=PackageLoader("gpufleet", "templates"),
+        autoescape=False,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    return env.get_template("summary.md.j2").render(s=to_json(s))
+
+
+def plot_bandwidth(s: Summary, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    series: dict[str, list[BandwidthRow]] = {}
+    for kind, node, row in s.bandwidth():
+        what = {"allreduce": "cluster", "smoke": "single-node"}.get(kind, kind)
+        label = f"{what} ({node}, n={row.world_size}, {row.backend})"
+        series.setdefault(label, []).append(row)
+    for label, unsorted in sorted(series.items()):
+        rows = sorted(unsorted, key=lambda r: r.size_bytes)
+        xs = [r.size_bytes for r in rows]
+        (line,) = ax.plot(xs, [r.busbw for r in rows], marker="o", label=f"busbw {label}")
+        ax.plot(
+            xs,
+            [r.algbw for r in rows],
+            marker=".",
+            linestyle="--",
+            alpha=0.6,
+            color=line.get_color(),
+            label=f"algbw {label}",
+        )
+    gates = [
+        f.meta["threshold"] for nr in s.nodes.values() for f in nr.files if f.meta.get("threshold")
+    ]
+    threshold = gates[0] if gates else None
+    if threshold:
+        ax.axhline(float(threshold), color="red", linestyle=":", label=f"gate {threshold} GB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("GB/s (10^9)")
+    ax.set_title(f"all-reduce bandwidth, run {s.run_id}")
+    ax.grid(True, which="both", alpha=0.3)
+    if series:
+        ax.legend(fontsize=7)
+    else:
+        ax.text(0.5, 0.5, "no bandwidth rows in this run", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def table(s: Summary) -> str:
+    """Plain-text table for the terminal."""
+    lines = [f"gpufleet verify run {s.run_id}: {s.status.upper()}  ({s.run_dir})", ""]
+    head = f"{'node':<20} {'suite':<18} {'pass':>5} {'warn':>5} {'fail':>5} {'skip':>5}"
+    lines += [head, "-" * len(head)]
+    for n, nr in sorted(s.nodes.items()):
+        per: dict[str, dict[str, int]] = {}
+        for kind, r in nr.all_records():
+            per.setdefault(kind, dict.fromkeys(("pass", "warn", "fail", "skip"), 0))
+            per[kind][r.status] += 1
+        if not per:
+            lines.append(f"{n:<20} {'(no results)':<18}")
+        for kind, c in sorted(per.items()):
+            lines.append(
+                f"{n:<20} {kind:<18} {c['pass']:>5} {c['warn']:>5} {c['fail']:>5} {c['skip']:>5}"
+            )
+    bw = s.bandwidth()
+    if bw:
+        lines += [
+            "",
+            f"{'source':<22} {'node':<14} {'n':>3} {'size':>8} {'time_us':>11} "
+            f"{'algbw':>9} {'busbw':>9} {'wrong':>6}",
+        ]
+        for kind, n, b in bw:
+            lines.append(
+                f"{kind:<22} {n:<14} {b.world_size:>3} {human_size(b.size_bytes):>8} "
+                f"{b.time_us:>11.1f} {b.algbw:>9.3f} {b.busbw:>9.3f} {b.wrong:>6}"
+            )
+    lines += training.training_lines(training_sections(s)["training"])
+    fails = s.failures()
+    if fails:
+        lines += ["", "FAILURES:"]
+        for n, kind, r in fails:
+            lines.append(f"  [{n}] {kind}/{r.name}: {r.message}".rstrip())
+            if r.remedy:
+                lines.append(f"      -> {r.remedy}")
+    if s.suspects:
+        lines += ["", f"Node(s) at fault ({s.suspect_reason}): " + ", ".join(s.suspects)]
+    elif s.bisect_results:
+        lines += ["", f"No single node at fault ({s.bisect_reason})"]
+    if s.bisect_results and len(s.suspects) > 1:
+        lines.append(
+            "  (not one bad node: look at what they share - the threshold, the "
+            "fabric/switch, nccl.env)"
+        )
+    return "\n".join(lines)
+
+
+def write_report(run_dir: str | os.PathLike[str], *, plot: bool = True) -> Summary:
+    s = collect(run_dir)
+    _write_json(s.run_dir / "summary.json", to_json(s))
+    (s.run_dir / "summary.json").chmod(0o644)
+    (s.run_dir / "summary.md").write_text(render_markdown(s), encoding="utf-8")
+    if plot:
+        plot_bandwidth(s, s.run_dir / "bandwidth.png")
+    return s
+
+
+def update_latest(run_dir: Path) -> Path:
+    """reports/latest -> <run-id> (relative link, replaced atomically)."""
+    link = run_dir.parent / "latest"
+    tmp = run_dir.parent / f".latest.{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(run_dir.name)
+    os.replace(tmp, link)
+    return link

@@ -1,0 +1,385 @@
+"""Benchmark (not a test) on the simulated 3-node cluster: `make bench`.
+
+    .venv/bin/python tests/bench/bench_cluster.py [--repeats 2] [--out reports/bench]
+
+Every figure is a ratio of two timings taken in the same run, alternating the two sides
+(A B A B ...) and comparing medians, because this machine is shared and noisy:
+
+  verify overhead     make verify (cluster step only: pre-check + torchrun + report) over a
+                      bare torchrun all-reduce launched by hand over SSH on the same nodes,
+                      same sizes/warmup/iterations (target <= 2.0); the full make verify
+                      (checks + smoke suite too) is reported beside it
+  fidelity            gpufleet's busbw / a bare timed all_reduce loop at the same sizes in the
+                      same process group (target >= 0.95 at the largest size)
+  provisioning scale  converged provision rerun on 3 nodes / on 1 node (target <= 1.3)
+  failure detection   time from cutting a node's link mid all-reduce to make verify's exit /
+                      the configured collective timeout (target <= 1.2)
+
+Writes <out>/bench.json (samples, ratios, targets) and <out>/bench.md (the table), and
+prints the table. Brings the testbed up if it is not (needs root, make testbed-deps) and
+provisions it once before timing. docs/performance.md records the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from testbed_lib import (
+    ENV_PYTHON,
+    REPO,
+    Run,
+    by_name,
+    clear_faults,
+    cluster_nodes,
+    link,
+    make,
+    node_file,
+    playbook,
+    ssh,
+    ssh_argv,
+    tbctl,
+    verify,
+    wait_no_leftovers,
+    wait_sweeping,
+)
+
+BARE = REPO / "tests" / "bench_bare_allreduce.py"
+NODE_DIR = "/var/lib/gpufleet/bench"
+# verify's CPU defaults (roles/verify/defaults/main.yml): the bare run does the same work
+SIZES, WARMUP, ITERS, NPROC, RDZV_PORT = "4K,64K,1M,8M", 5, 20, 2, 29500
+CLUSTER_ONLY = ("-e verify_run_checks=false", "-e verify_run_smoke=false")
+TARGETS = {
+    "verify_overhead": ("<=", 2.0),
+    "fidelity_largest": (">=", 0.95),
+    "provision_scale": ("<=", 1.3),
+    "failure_detection": ("<=", 1.2),
+}
+
+
+def say(msg: str) -> None:
+    print(f">> bench: {msg}", flush=True)
+
+
+def median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def need(ok: bool, what: str, r: Run | None = None) -> None:
+    if not ok:
+        tail = f"\n{r.tail(3000)}" if r else ""
+        raise SystemExit(f"bench: {what}{tail}")
+
+
+# --------------------------------------------------------------------------- sides
+
+
+def bare_launch(out: Path, mode: str, extra: list[str]) -> tuple[float, dict[str, Any]]:
+    """torchrun on every node over SSH at once, as an admin would; seconds until all end."""
+    nodes = cluster_nodes()
+    master = nodes[0].address
+    procs = []
+    start = time.monotonic()
+    for rank, n in enumerate(nodes):
+        cmd = (
+            f"set -a; [ -r /etc/gpufleet/nccl.env ] && . /etc/gpufleet/nccl.env; set +a; "
+            f"cd {NODE_DIR} && timeout 300 {ENV_PYTHON} -m torch.distributed.run "
+            f"--nnodes {len(nodes)} --node-rank {rank} --nproc-per-node {NPROC} "
+            f"--rdzv-backend static --master-addr {master} --master-port {RDZV_PORT} "
+            f"bench_bare_allreduce.py --mode {mode} --out {NODE_DIR}/{mode}.json " + " ".join(extra)
+        )
+        procs.append(
+            (
+                n,
+                subprocess.Popen(
+                    [*ssh_argv(n), cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                ),
+            )
+        )
+    outs = {n.name: p.communicate(timeout=400)[0] for n, p in procs}
+    took = time.monotonic() - start
+    for n, p in procs:
+        need(p.returncode == 0, f"bare torchrun failed on {n.name}:\n{outs[n.name][-3000:]}")
+    data = json.loads(node_file(nodes[0], f"{NODE_DIR}/{mode}.json").read_text())
+    (out / f"bare-{mode}.log").write_text("\n".join(f"== {k}\n{v}" for k, v in outs.items()))
+    return took, data
+
+
+def copy_bare() -> None:
+    for n in cluster_nodes():
+        r = ssh(
+            n,
+            f"mkdir -p {NODE_DIR} && cat > {NODE_DIR}/bench_bare_allreduce.py",
+            stdin=BARE.read_text(),
+        )
+        need(r.returncode == 0, f"{n.name}: cannot copy the bare script over SSH: {r.stderr}")
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _cpu_busy_s() -> float:
+    """Busy CPU seconds of the whole machine so far (/proc/stat: all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _controller_cpu_s() -> float:
+    """CPU seconds of this process's finished children (ansible-playbook, its workers, ssh)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def bench_provision(out: Path, repeats: int) -> dict[str, Any]:
+    """Converged reruns, 1 node vs 3, alternating. Beside wall time: the machine's busy CPU
+    seconds and the controller's share, since the testbed's nodes share this machine's
+    cores with the controller (a real cluster gives every node its own)."""
+    runs: dict[str, list[dict[str, float]]] = {"one": [], "three": []}
+    ncpu = os.cpu_count() or 1
+    for i in range(repeats):
+        for limit, key in (("node1", "one"), ("", "three")):
+            args = ("--limit", limit) if limit else ()
+            say(f"provision rerun {i + 1}/{repeats} on {limit or 'all 3 nodes'}")
+            busy0, ctl0 = _cpu_busy_s(), _controller_cpu_s()
+            r = playbook("provision.yml", *args, log=out / f"provision-{limit or 'all'}-{i}.log")
+            busy, ctl = _cpu_busy_s() - busy0, _controller_cpu_s() - ctl0
+            need(r.rc == 0, "a converged provision rerun failed", r)
+            changed = {h: v[1] for h, v in r.recap().items()}
+            need(all(c == 0 for c in changed.values()), f"rerun was not converged: {changed}", r)
+            runs[key].append(
+                {
+                    "wall_s": r.seconds,
+                    "machine_cpu_s": busy,
+                    "controller_cpu_s": ctl,
+                    "utilisation": busy / (r.seconds * ncpu),
+                }
+            )
+
+    def med(key: str, field: str) -> float:
+        return median([x[field] for x in runs[key]])
+
+    return {
+        "one_node": runs["one"],
+        "three_nodes": runs["three"],
+        "one_node_s": [x["wall_s"] for x in runs["one"]],
+        "three_nodes_s": [x["wall_s"] for x in runs["three"]],
+        "ratio": med("three", "wall_s") / med("one", "wall_s"),
+        "cpu_work_ratio": med("three", "machine_cpu_s") / med("one", "machine_cpu_s"),
+        "controller_cpu_ratio": med("three", "controller_cpu_s") / med("one", "controller_cpu_s"),
+        "three_nodes_utilisation": med("three", "utilisation"),
+        "cpus": ncpu,
+    }
+
+
+def bench_overhead(out: Path, repeats: int) -> dict[str, Any]:
+    bare: list[float] = []
+    ver: list[float] = []
+    for i in range(repeats):
+        say(f"bare torchrun all-reduce by hand {i + 1}/{repeats}")
+        took, _ = bare_launch(
+            out, "bare", [f"--sizes {SIZES}", f"--warmup {WARMUP}", f"--iters {ITERS}"]
+        )
+        bare.append(took)
+        say(f"make verify, cluster step only {i + 1}/{repeats}")
+        rid = f"bench-cluster-{i}-{time.strftime('%H%M%S')}"
+        r = verify(rid, *CLUSTER_ONLY, log=out / f"verify-cluster-{i}.log")
+        need(r.rc == 0, "make verify (cluster step) failed", r)
+        ver.append(r.seconds)
+    say("make verify, full (checks, smoke suite, pre-check, cluster, report)")
+    r = verify(f"bench-full-{time.strftime('%H%M%S')}", log=out / "verify-full.log")
+    need(r.rc == 0, "make verify (full) failed", r)
+    return {
+        "bare_torchrun_s": bare,
+        "verify_cluster_s": ver,
+        "verify_full_s": r.seconds,
+        "ratio": median(ver) / median(bare),
+        "ratio_full": r.seconds / median(bare),
+    }
+
+
+def bench_fidelity(out: Path, reps: int) -> dict[str, Any]:
+    say(f"fidelity: bare loop vs gpufleet.bench.run_sweep, {reps} alternating repetitions")
+    _, data = bare_launch(
+        out,
+        "fidelity",
+        [f"--sizes {SIZES}", f"--warmup {WARMUP}", f"--iters {ITERS}", f"--reps {reps}"],
+    )
+    per_size: dict[str, Any] = {}
+    for size in sorted({r["size"] for r in data["rows"]}):
+        gf = [r["busbw"] for r in data["rows"] if r["size"] == size and r["who"] == "gpufleet"]
+        bb = [r["busbw"] for r in data["rows"] if r["size"] == size and r["who"] == "bare"]
+        per_size[str(size)] = {
+            "gpufleet_busbw": gf,
+            "bare_busbw": bb,
+            "ratio": median(gf) / median(bb),
+        }
+    largest = per_size[str(max(int(k) for k in per_size))]
+    return {"world_size": data["world_size"], "sizes": per_size, "ratio": largest["ratio"]}
+
+
+def bench_detection(out: Path, timeout: int) -> dict[str, Any]:
+    node3 = by_name("node3")
+    rid = f"bench-detect-{time.strftime('%H%M%S')}"
+    extra = (
+        *CLUSTER_ONLY,
+        "-e verify_sizes=1M,8M",
+        "-e verify_iters=300",
+        f"-e verify_collective_timeout={timeout}",
+        f"-e verify_rdzv_timeout={timeout}",
+    )
+    box: list[Run] = []
+    t = threading.Thread(
+        target=lambda: box.append(verify(rid, *extra, log=out / "verify-detect.log")),
+        daemon=True,
+    )
+    say(f"failure detection: cut node3's link mid all-reduce (timeout {timeout} s)")
+    t.start()
+    try:
+        wait_sweeping(node3, rid, limit=300)
+        link(node3, up=False)
+        cut = time.monotonic()
+        t.join(timeout=timeout * 4 + 300)
+        verdict = time.monotonic() - cut
+    finally:
+        clear_faults(node3)
+    need(bool(box) and box[0].rc != 0, "verify with a dead node did not fail")
+    waited, left = wait_no_leftovers(cluster_nodes(), limit=timeout + 30)
+    need(not left, f"processes left behind: {left}")
+    return {
+        "timeout_s": timeout,
+        "verdict_after_cut_s": verdict,
+        "leftovers_gone_s": waited,
+        "ratio": verdict / timeout,
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def verdict(name: str, value: float) -> str:
+    op, target = TARGETS[name]
+    ok = value <= target if op == "<=" else value >= target
+    return "met" if ok else "MISSED"
+
+
+def _size(n: int) -> str:
+    for unit, factor in (("G", 1024**3), ("M", 1024**2), ("K", 1024)):
+        if n >= factor and n % factor == 0:
+            return f"{n // factor}{unit}"
+    return f"{n}B"
+
+
+def table(res: dict[str, Any]) -> str:
+    f = res["figures"]
+    rows = [
+        ("verify overhead (cluster step / bare torchrun)", "verify_overhead",
+         f"{f['verify_overhead']['ratio']:.2f}",
+         f"{median(f['verify_overhead']['verify_cluster_s']):.1f} s / "
+         f"{median(f['verify_overhead']['bare_torchrun_s']):.1f} s"),
+        ("measurement fidelity (gpufleet / bare busbw, largest size)", "fidelity_largest",
+         f"{f['fidelity']['ratio']:.3f}",
+         ", ".join(f"{_size(int(k))}: {v['ratio']:.3f}" for k, v in f["fidelity"]["sizes"].items())),
+        ("provisioning scale (3 nodes / 1 node, converged rerun)", "provision_scale",
+         f"{f['provision_scale']['ratio']:.2f}",
+         f"{median(f['provision_scale']['three_nodes_s']):.1f} s / "
+         f"{median(f['provision_scale']['one_node_s']):.1f} s"),
+        ("failure detection (verdict after link cut / timeout)", "failure_detection",
+         f"{f['failure_detection']['ratio']:.2f}",
+         f"{f['failure_detection']['verdict_after_cut_s']:.1f} s / "
+         f"{f['failure_detection']['timeout_s']} s"),
+    ]  # fmt: skip
+    lines = [
+        "| figure | ratio | target | verdict | measured |",
+        "|---|---|---|---|---|",
+    ]
+    for label, key, value, detail in rows:
+        op, target = TARGETS[key]
+        lines.append(
+            f"| {label} | {value} | {op} {target} | {verdict(key, float(value))} | {detail} |"
+        )
+    ps = f["provision_scale"]
+    lines.append(
+        f"| (provisioning: CPU work 3 nodes / 1 node; machine busy during the 3-node run) "
+        f"| {ps['cpu_work_ratio']:.2f} | - | - | {ps['three_nodes_utilisation'] * 100:.0f} % of "
+        f"{ps['cpus']} CPUs; controller CPU ratio {ps['controller_cpu_ratio']:.2f} |"
+    )
+    full = f["verify_overhead"]
+    lines.append(
+        f"| (full make verify / bare torchrun, no target) | {full['ratio_full']:.2f} | - | - | "
+        f"{full['verify_full_s']:.1f} s |"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--repeats", type=int, default=2, help="A/B pairs per timing ratio")
+    p.add_argument("--fidelity-reps", type=int, default=7)
+    p.add_argument("--timeout", type=int, default=60, help="collective timeout (verify default)")
+    p.add_argument("--out", type=Path, default=REPO / "reports" / "bench")
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        raise SystemExit("bench: the testbed needs root")
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    say("testbed up (3 nodes), wheel, one provisioning run to converge")
+    up = tbctl("up", "--nodes", "3")
+    need(up.returncode == 0, f"testbed up failed:\n{up.stdout[-2000:]}{up.stderr[-2000:]}")
+    for n in cluster_nodes():
+        clear_faults(n)
+    need(make("wheel", timeout=600).rc == 0, "make wheel failed")
+    first = playbook("provision.yml", log=out / "provision-converge.log")
+    need(first.rc == 0, "provisioning the testbed failed", first)
+    copy_bare()
+    figures = {
+        "provision_scale": bench_provision(out, args.repeats),
+        "verify_overhead": bench_overhead(out, args.repeats),
+        "fidelity": bench_fidelity(out, args.fidelity_reps),
+        "failure_detection": bench_detection(out, args.timeout),
+    }
+    res: dict[str, Any] = {
+        "schema": 1,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": {
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "kernel": platform.release(),
+        },
+        "command": f"make bench BENCH_REPEATS={args.repeats}",
+        "repeats": args.repeats,
+        "targets": {k: {"op": op, "value": v} for k, (op, v) in TARGETS.items()},
+        "figures": figures,
+        "verdicts": {
+            "verify_overhead": verdict("verify_overhead", figures["verify_overhead"]["ratio"]),
+            "fidelity_largest": verdict("fidelity_largest", figures["fidelity"]["ratio"]),
+            "provision_scale": verdict("provision_scale", figures["provision_scale"]["ratio"]),
+            "failure_detection": verdict(
+                "failure_detection", figures["failure_detection"]["ratio"]
+            ),
+        },
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
+    (out / "bench.json").write_text(json.dumps(res, indent=2) + "\n")
+    md = table(res)
+    (out / "bench.md").write_text(md)
+    print()
+    print(md)
+    say(f"done in {res['wall_s']:.0f} s: {out / 'bench.json'}, {out / 'bench.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""playbooks/verify.yml end to end on this machine: two "nodes" over the local connection
+(127.0.0.1 and 127.0.0.2, 2 gloo ranks each), so the cluster all-reduce really spans two
+torchrun agents with a static rendezvous; then the same with one node broken."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local_nodes import run_playbook, write_inventory
+
+pytestmark = [pytest.mark.slow, pytest.mark.ansible]
+
+
+def _play(repo: Path, tmp: Path, n2_extra: str = "") -> tuple[int, str, dict[str, Any], Path]:
+    inv = write_inventory(tmp, n2_extra)
+    rc, out = run_playbook("verify.yml", inv, "-e", "verify_run_id=t1")
+    run = tmp / "rep" / "t1"
+    summary = (
+        json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
+    )
+    return rc, out, summary, run
+
+
+def _lock(tmp: Path, node: str, run_id: str, age_s: int) -> Path:
+    """A node lock as another run leaves it (prepare.yml's layout)."""
+    lock = tmp / "work" / f".lock.{node}"
+    lock.mkdir(parents=True)
+    (lock / "owner").write_text(f"{run_id} {int(time.time()) - age_s} otherhost:/other/checkout\n")
+    return lock
+
+
+def test_two_nodes_all_reduce_and_report(repo_root: Path, tmp_path: Path) -> None:
+    stale = _lock(tmp_path, "n1", "dead-run", age_s=3 * 3600)  # its run died hours ago
+    rc, out, summary, run = _play(repo_root, tmp_path)
+    assert rc == 0, out[-5000:]
+    assert "taken over from run dead-run" in out
+    assert not stale.exists() and not (tmp_path / "work" / ".lock.n2").exists(), "locks released"
+    assert summary["status"] == "pass"
+    for name in ("summary.json", "summary.md", "bandwidth.png", "run.json"):
+        assert (run / name).is_file(), name
+    assert (run.parent / "latest").resolve() == run.resolve()
+    for node in ("n1", "n2"):
+        assert (run / node / "probe.json").is_file()
+        assert (run / node / "allreduce.json").is_file()
+    assert summary["busbw_factors"] == {"4": 1.5}
+    rows = summary["bandwidth"]
+    assert rows, "no bandwidth rows"
+    for r in rows:
+        assert r["world_size"] == 4
+        assert r["busbw"] == pytest.approx(r["algbw"] * 1.5, rel=1e-3)  # 2(n-1)/n, n=4
+    meta = json.loads((run / "n1" / "allreduce.json").read_text())["meta"]
+    assert meta["nnodes"] == 2
+    assert {x["rank"] for x in meta["ranks"]} == {0, 1, 2, 3}
+    assert "PASS" in out
+    files = [json.loads(f.read_text()) for f in run.glob("n*/*.json")]
+    assert files and {f.get("run_id") for f in files} == {"t1"}, "every node file names its run"
+    # the same run id again: refused before anything runs, the report of t1 untouched
+    before = (run / "summary.json").read_text()
+    rc2, out2 = run_playbook("verify.yml", tmp_path / "hosts.yml", "-e", "verify_run_id=t1")
+    assert rc2 != 0
+    assert "already holds the report of an earlier run with run id t1" in " ".join(out2.split())
+    assert (run / "summary.json").read_text() == before
+
+
+def test_a_node_held_by_another_run_is_named_and_nothing_starts(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    """Two verifies on the same nodes (from two checkouts): the second waits
+    verify_lock_wait, then stops naming the run that holds the node."""
+    held = _lock(tmp_path, "n2", "other-run", age_s=30)
+    inv = write_inventory(tmp_path)
+    rc, out = run_playbook("verify.yml", inv, "-e", "verify_run_id=t2", "-e", "verify_lock_wait=0")
+    said = " ".join(out.split())
+    assert rc != 0
+    assert (
+        "n2: another verify runs on this node (run other-run from otherhost:/other/checkout" in said
+    )
+    assert held.exists() and (held / "owner").read_text().startswith("other-run "), "not ours"
+    assert not (tmp_path / "work" / "t2" / "n1" / "allreduce.json").exists()
+    assert not (tmp_path / "work" / ".lock.n1").exists(), "n1 released its own lock"
+
+
+def test_broken_node_is_named_and_nothing_launches(repo_root: Path, tmp_path: Path) -> None:
+    rc, out, summary, run = _play(
+        repo_root, tmp_path, n2_extra="verify_python: /nonexistent/bin/python"
+    )
+    assert rc != 0
+    assert summary["status"] == "fail"
+    fails = {(f["node"], f["name"]) for f in summary["failures"]}
+    assert ("n2", "ansible:node") in fails
+    msg = next(f["message"] for f in summary["failures"] if f["name"] == "ansible:node")
+    assert "/nonexistent/bin/python" in msg
+    assert "Stop when the env python cannot import torch" in msg, "names the failed task"
+    assert "Cluster all-reduce not launched: node(s) n2 failed" in out
+    assert not (run / "n1" / "allreduce.json").exists()
+
+
+def test_truncated_manifest_is_named_and_nothing_launches(repo_root: Path, tmp_path: Path) -> None:
+    """A manifest cut off mid-way stops its node in prepare with node, file and fix (issue 17),
+    not a bare from_json error."""
+    cut = tmp_path / "manifest.json"
+    cut.write_text('{"schema": 1, "env_python": "/opt/gpufleet/env/bin/py')
+    rc, out, summary, run = _play(repo_root, tmp_path, n2_extra=f"verify_manifest_file: {cut}")
+    assert rc != 0
+    said = " ".join(out.split())  # the yaml callback wraps long messages
+    assert f"n2: {cut} is not valid JSON (truncated?)" in said, out[-3000:]
+    assert "run `make provision` (it rebuilds the manifest)" in said
+    assert summary["status"] == "fail"
+    assert ("n2", "ansible:node") in {(f["node"], f["name"]) for f in summary["failures"]}
+    assert "Cluster all-reduce not launched: node(s) n2 failed" in out
+    assert not (run / "n1" / "allreduce.json").exists()
+
+
+def test_a_node_that_breaks_the_all_reduce_is_named_by_bisection(tmp_path: Path) -> None:
+    """Three local nodes; n3's ranks cannot find their gloo interface (set in its launch
+    environment only, so the pre-check passes): the cluster run fails, bisection reruns it
+    on [n1, n2], which passes, and names n3 after one launch."""
+    wrapper = tmp_path / "py-bad-gloo"
+    wrapper.write_text(f'#!/bin/sh\nGLOO_SOCKET_IFNAME=bogus0 exec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    inv = write_inventory(tmp_path, n3_extra=f"verify_python: {wrapper}")
+    rc, out = run_playbook("verify.yml", inv, "-e", "verify_run_id=b1", "-e", "verify_run_train=false",
+                           "-e", "verify_collective_timeout=20", "-e", "verify_rdzv_timeout=20")  # fmt: skip
+    run = tmp_path / "rep" / "b1"
+    summary = json.loads((run / "summary.json").read_text())
+    assert rc != 0
+    assert summary["suspect_nodes"] == ["n3"], summary["suspect_reason"]
+    assert summary["suspect_reason"] == "bisection, 1 launch"
+    (group,) = summary["bisect"]
+    assert (group["nodes"], group["passed"], group["kind"]) == (["n1", "n2"], True, "bisect-1-0")
+    assert (run / "n1" / "bisect-1-0.json").is_file() and not (
+        run / "n3" / "bisect-1-0.json"
+    ).exists()
+    assert "Node(s) at fault (bisection, 1 launch): n3" in out

@@ -1,0 +1,169 @@
+"""Every role documents the same variables in three places: defaults/main.yml (values),
+meta/argument_specs.yml (types, checked before the role runs) and the README's variables
+table. This test fails on any drift, for every role under roles/."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
+
+_HEADING = re.compile(r"^(#+)\s+(.*)$")
+_ROW = re.compile(r"^\|\s*`([A-Za-z_][A-Za-z0-9_]*)`\s*\|")
+
+
+def defaults_keys(role: str) -> set[str]:
+    path = REPO / "roles" / role / "defaults" / "main.yml"
+    data = yaml.safe_load(path.read_text()) if path.exists() else None
+    return set(data or {})
+
+
+def spec_keys(role: str) -> set[str]:
+    path = REPO / "roles" / role / "meta" / "argument_specs.yml"
+    if not path.exists():
+        return set()
+    specs = (yaml.safe_load(path.read_text()) or {}).get("argument_specs", {})
+    return set((specs.get("main") or {}).get("options") or {})
+
+
+def readme_keys(role: str) -> set[str]:
+    path = REPO / "roles" / role / "README.md"
+    return table_keys(path.read_text()) if path.exists() else set()
+
+
+def table_keys(markdown: str) -> set[str]:
+    """Variable names in the first column of the tables under a "... Variables" heading."""
+    keys: set[str] = set()
+    level = 0
+    for line in markdown.splitlines():
+        heading = _HEADING.match(line)
+        if heading:
+            depth = len(heading.group(1))
+            if "variables" in heading.group(2).lower():
+                level = depth
+            elif level and depth <= level:
+                level = 0
+            continue
+        row = _ROW.match(line)
+        if level and row:
+            keys.add(row.group(1))
+    return keys
+
+
+def test_there_are_roles() -> None:
+    assert ROLES, "no role under roles/"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_role_has_the_three_sources(role: str) -> None:
+    base = REPO / "roles" / role
+    missing = [
+        rel
+        for rel in ("defaults/main.yml", "meta/argument_specs.yml", "meta/main.yml", "README.md")
+        if not (base / rel).exists()
+    ]
+    assert not missing, f"roles/{role} lacks {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_match_argument_specs(role: str) -> None:
+    defaults, spec = defaults_keys(role), spec_keys(role)
+    assert defaults == spec, (
+        f"roles/{role}: only in defaults/main.yml: {sorted(defaults - spec)}; "
+        f"only in meta/argument_specs.yml: {sorted(spec - defaults)}"
+    )
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_match_readme_table(role: str) -> None:
+    defaults, readme = defaults_keys(role), readme_keys(role)
+    assert defaults == readme, (
+        f"roles/{role}: only in defaults/main.yml: {sorted(defaults - readme)}; "
+        f"only in the README variables table: {sorted(readme - defaults)}"
+    )
+
+
+def prefix(role: str) -> str:
+    """gpufleet_common holds the shared gpufleet_* variables; every other role its own."""
+    return "gpufleet_" if role == "gpufleet_common" else f"{role}_"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_public_variables_carry_the_role_prefix(role: str) -> None:
+    stray = sorted(k for k in defaults_keys(role) if not k.startswith(prefix(role)))
+    assert not stray, f"roles/{role}: defaults without the '{prefix(role)}' prefix: {stray}"
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r != "gpufleet_common"])
+def test_every_role_depends_on_gpufleet_common(role: str) -> None:
+    meta = yaml.safe_load((REPO / "roles" / role / "meta" / "main.yml").read_text())
+    deps = [d["role"] if isinstance(d, dict) else d for d in meta.get("dependencies") or []]
+    assert "gpufleet_common" in deps, f"roles/{role}: gpufleet_common is not a dependency"
+
+
+def test_shared_variables_have_one_default() -> None:
+    """A gpufleet_* variable is defaulted in gpufleet_common only: no role writes
+    `gpufleet_x | default(...)`, and the user-facing inventory shows the same values."""
+    shared = yaml.safe_load((REPO / "roles/gpufleet_common/defaults/main.yml").read_text())
+    offenders = []
+    for path in sorted(REPO.glob("roles/*/**/*.yml")):
+        if "gpufleet_common" in path.parts:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for m in re.finditer(r"\b(gpufleet_[a-z_]+)\s*\|\s*default\(", line):
+                if m.group(1) in shared:
+                    offenders.append(f"{path.relative_to(REPO)}:{n}: {m.group(1)}")
+    assert not offenders, offenders
+    inventory = yaml.safe_load((REPO / "inventory/group_vars/all/provision.yml").read_text())
+    differ = {k: (v, shared[k]) for k, v in inventory.items() if k in shared and v != shared[k]}
+    assert not differ, (
+        f"inventory/group_vars/all/provision.yml differs from gpufleet_common: {differ}"
+    )
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_option_is_described(role: str) -> None:
+    path = REPO / "roles" / role / "meta" / "argument_specs.yml"
+    options = yaml.safe_load(path.read_text())["argument_specs"]["main"]["options"] or {}
+    undescribed = sorted(k for k, v in options.items() if not (v or {}).get("description"))
+    assert not undescribed, f"roles/{role}: options without a description: {undescribed}"
+
+
+def test_readme_parser_reads_only_the_variables_section() -> None:
+    text = (
+        "# r\n| `not_this` | x |\n## Role Variables\n| `r_a` | 1 |\n### Sub\n| `r_b` | 2 |\n"
+        "## Example\n| `not_that` | y |\n"
+    )
+    assert table_keys(text) == {"r_a", "r_b"}
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r != "gpufleet_common"])
+def test_check_inputs_is_the_first_task_file(role: str) -> None:
+    """Bad input stops a role before it does anything, however the role is entered."""
+    tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
+    first = tasks[0]
+    assert first.get("ansible.builtin.import_tasks") == "check_inputs.yml", (role, first)
+
+
+def test_os_variables_load_one_way() -> None:
+    """Roles with OS-specific variable files load them with first_found, most specific file
+    first (<os_family>-<major>.yml, <os_family>.yml, default.yml), and name them that way."""
+    pattern = re.compile(r"^(RedHat-(8|9|10)|RedHat|default|main)\.yml$")
+    for role in ROLES:
+        varsdir = REPO / "roles" / role / "vars"
+        os_files = [p.name for p in varsdir.glob("*.yml") if p.name != "main.yml"]
+        if not os_files:
+            continue
+        assert all(pattern.match(n) for n in os_files), (role, os_files)
+        text = "\n".join(p.read_text() for p in (REPO / "roles" / role / "tasks").glob("*.yml"))
+        assert "Load OS-specific variables (most specific file first)" in text, role
+        assert "ansible.builtin.first_found" in text, role
+        assert (
+            "{{ ansible_facts['os_family'] }}-{{ ansible_facts['distribution_major_version'] }}.yml"
+            in text
+        ), role
