@@ -1,6 +1,7 @@
 """One ``make verify``: the controller lock, the run id, the playbook, and the exit code.
 
-    gpufleet verify [--inventory INV] [--run-id ID] [--lock-wait S] [-- ANSIBLE ARGS...]
+    gpufleet verify [--inventory INV] [--run-id ID] [--lock-wait S] [--launcher ssh|slurm]
+                    [-- ANSIBLE ARGS...]
 
 is what ``make verify`` runs; call it directly where the exit code matters (GNU make turns
 every failed recipe into exit 2). Exit codes, as everywhere in gpufleet:
@@ -88,8 +89,11 @@ def run(
         run_id = runid.claim(reports, requested_id)
         summary = reports / run_id / "summary.json"
         exe = ansible_playbook or str(Path(sys.executable).parent / "ansible-playbook")
+        # __verify_controller_locked: this process holds the checkout's controller lock, so a
+        # node lock of an earlier run of this checkout is stale (roles/verify prepare.yml)
         argv = [exe, str(repo / "playbooks" / "verify.yml"), "-i", inventory,
-                "-e", json.dumps({"verify_run_id": run_id}), *extra]  # fmt: skip
+                "-e", json.dumps({"verify_run_id": run_id, "__verify_controller_locked": True}),
+                *extra]  # fmt: skip
         print(f">> verify run {run_id}", file=say, flush=True)
         started_run = False
         with subprocess.Popen(

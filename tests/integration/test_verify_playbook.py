@@ -138,3 +138,32 @@ def test_a_node_that_breaks_the_all_reduce_is_named_by_bisection(tmp_path: Path)
         run / "n3" / "bisect-1-0.json"
     ).exists()
     assert "Node(s) at fault (bisection, 1 launch): n3" in out
+
+
+def test_a_lock_left_by_an_earlier_run_of_this_checkout_is_taken_over(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    """A node that dropped out of a run (unreachable) keeps that run's lock. The next make
+    verify of the same checkout holds the controller lock, so that run is over: the lock
+    is taken over at once instead of waiting verify_lock_wait (the make faults sequence
+    link cut -> rank killed found this)."""
+    import socket
+
+    lock = tmp_path / "work" / ".lock.n2"
+    lock.mkdir(parents=True)
+    ours = f"{socket.gethostname()}:{repo_root}"
+    (lock / "owner").write_text(f"lost-run {int(time.time()) - 30} {ours}\n")
+    inv = write_inventory(tmp_path)
+    quick = ("-e", "verify_run_checks=false", "-e", "verify_run_smoke=false",
+             "-e", "verify_run_train=false", "-e", "verify_lock_wait=0")  # fmt: skip
+    # a plain ansible-playbook run does not hold the controller lock: the lock is respected
+    rc, out = run_playbook("verify.yml", inv, "-e", "verify_run_id=t3", *quick)
+    assert rc != 0 and "another verify runs on this node (run lost-run" in " ".join(out.split())
+    # gpufleet verify's run (it holds reports/.verify.lock) takes it over
+    rc, out = run_playbook(
+        "verify.yml", inv, "-e", json.dumps({"verify_run_id": "t4", "__verify_controller_locked": True}),
+        *quick,
+    )  # fmt: skip
+    assert rc == 0, out[-5000:]
+    assert "taken over from run lost-run of this checkout, which is over" in out
+    assert not lock.exists(), "released at the end of the run"
