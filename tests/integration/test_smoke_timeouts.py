@@ -47,6 +47,35 @@ def test_supervisor_kills_the_whole_group_on_timeout(tmp_path: Path) -> None:
     assert "ran past 1s" in log.read_text()
 
 
+def test_a_sigterm_to_the_supervisor_ends_the_whole_group(tmp_path: Path) -> None:
+    """Slurm's scancel (or an operator) signals the supervisor; torchrun runs in a session of
+    its own, so the supervisor must take the group down with it."""
+    import signal
+    import subprocess
+    import sys
+
+    pidfile, log = tmp_path / "g.pid", tmp_path / "g.log"
+    child_pids = tmp_path / "children"
+    script = f"sleep 300 & echo $! > {child_pids}; sleep 300"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.workers.supervise", "--timeout", "300", "--grace", "1",
+         "--pidfile", str(pidfile), "--log", str(log), "--", "bash", "-c", script]
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while not (child_pids.exists() and child_pids.read_text().strip()):
+        assert time.monotonic() < deadline, "the child never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 128 + signal.SIGTERM
+    pgid = int(pidfile.read_text())
+    gone_by = time.monotonic() + 5  # killed grandchildren are reaped by init, not by us
+    while supervise.group_alive(pgid) and time.monotonic() < gone_by:
+        time.sleep(0.05)
+    assert not supervise.group_alive(pgid)
+    assert not supervise.pid_alive(int(child_pids.read_text()))
+    assert "got SIGTERM; killing the process group" in log.read_text()
+
+
 def test_env_file_is_parsed_like_a_shell_env_file(tmp_path: Path) -> None:
     f = tmp_path / "nccl.env"
     f.write_text("# comment\nNCCL_SOCKET_IFNAME=eth1\nexport NCCL_IB_HCA='mlx5_0'\n\nBAD\n")

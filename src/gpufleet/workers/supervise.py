@@ -9,7 +9,10 @@
 - on timeout the whole group gets SIGTERM, then SIGKILL after ``--grace`` seconds, and the
   exit code is 124 (as coreutils ``timeout``);
 - after the child exits, any process still in the group is killed (leftover ranks) and
-  reported; exit code is the child's.
+  reported; exit code is the child's;
+- SIGTERM, SIGINT or SIGHUP to the supervisor (Slurm cancelling the job step, an operator)
+  is passed on as the group's SIGTERM/SIGKILL before it exits with 128 + the signal number:
+  torchrun runs in a session of its own, so without this it would outlive its supervisor.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 from gpufleet.netcfg import read_env_file
 
 EXIT_TIMEOUT = 124
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def group_alive(pgid: int) -> bool:
@@ -99,6 +103,22 @@ def run(
         )
         if pidfile:
             Path(pidfile).write_text(f"{proc.pid}\n", encoding="utf-8")
+
+        def stop(signum: int, _frame: object) -> None:
+            for s in STOP_SIGNALS:  # one clean-up, whatever arrives next
+                signal.signal(s, signal.SIG_IGN)
+            if out:
+                out.write(
+                    f"supervise: got {signal.Signals(signum).name}; killing the process group "
+                    f"{proc.pid}\n".encode()
+                )
+                out.flush()
+            kill_group(proc.pid, grace)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace)  # reap it: a zombie would keep the group "alive"
+            raise SystemExit(128 + signum)
+
+        previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
         timed_out = False
         try:
             rc = proc.wait(timeout=timeout)
@@ -107,6 +127,9 @@ def run(
             kill_group(proc.pid, grace)
             proc.wait()
             rc = EXIT_TIMEOUT
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
         leftovers = kill_group(proc.pid, grace)
         return rc, timed_out, leftovers
     finally:
