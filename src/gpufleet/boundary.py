@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from gpufleet import compat, gpuarch, runid, versions
+from gpufleet import compat, gpuarch, runid, slurm, versions
 from gpufleet.bench import parse_sizes
 from gpufleet.errors import RefusedError
 
@@ -305,6 +305,9 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "verify_lock_stale_s": (60, 604800, "seconds after which a node lock is stale"),
     "verify_dcgm_level": (1, 4, "dcgmi diag -r level"),
     "verify_dcgm_timeout": (1, 86400, "seconds"),
+    "verify_slurm_start_timeout": (1, 86400, "seconds a Slurm job may stay pending"),
+    "slurm_health_timeout": (1, 55, "seconds; slurmd kills a HealthCheckProgram after 60"),
+    "slurm_health_interval": (5, 86400, "seconds between health-check runs"),
 }
 """Every number a role takes, with its bounds: the one range table (argument specs say
 ``type: int``; these say how much)."""
@@ -921,7 +924,31 @@ def verify_problems(v: Mapping[str, Any]) -> list[str]:
     _one(v, "verify_run_id", check_run_id, problems, skip_empty=True)
     for key in ("verify_work_dir", "verify_suites_dir"):
         _one(v, key, check_owned_dir, problems)
+    for key in (
+        "verify_slurm_partition",
+        "verify_slurm_account",
+        "verify_slurm_qos",
+        "verify_slurm_reservation",
+        "gpufleet_slurm_node_name",
+    ):
+        _one(v, key, check_slurm_name, problems, skip_empty=True)
+    _one(v, "verify_slurm_gres", check_slurm_gres, problems, skip_empty=True)
+    _one(v, "verify_slurm_submit_host", check_host_name, problems, skip_empty=True)
     return problems
+
+
+def check_slurm_name(value: object, name: str) -> str:
+    """A Slurm partition, account, QOS, reservation or node name (gpufleet.slurm's rule)."""
+    return single_line(value, name, 64, slurm.NAME_RE.pattern, slurm.NAME_ALLOWED)
+
+
+def check_slurm_gres(value: object, name: str) -> str:
+    """``auto`` or a GRES list (sbatch --gres)."""
+    allowed = f'auto, "" (none) or {slurm.GRES_ALLOWED}'
+    text = single_line(value, name, 128, allowed=allowed)
+    if text != "auto" and slurm.GRES_RE.fullmatch(text) is None:
+        raise refuse(name, value, allowed)
+    return text
 
 
 def check_run_id(value: object, name: str) -> str:
@@ -1018,6 +1045,64 @@ def python_bootstrap_problems(v: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+_HEALTH_STATES = (
+    r"(ALLOC|ANY|CYCLE|IDLE|MIXED|NONDRAINED_IDLE)(,(ALLOC|ANY|CYCLE|IDLE|MIXED|NONDRAINED_IDLE))*"
+)
+
+
+def check_named_file(value: object, name: str, pattern: str, allowed: str) -> str:
+    """An absolute path whose file name matches ``pattern``: gpufleet writes or edits it
+    as root, so the name keeps it from landing on a file it does not own."""
+    text = check_abs_path(value, name)
+    if re.fullmatch(pattern, text.rsplit("/", 1)[-1]) is None or text.endswith("/"):
+        raise refuse(name, value, allowed)
+    return text
+
+
+def slurm_health_problems(v: Mapping[str, Any]) -> list[str]:
+    problems: list[str] = []
+    _ranges(v, "slurm_health_", problems)
+    _one(
+        v,
+        "slurm_health_wrapper",
+        lambda x, n: check_named_file(
+            x,
+            n,
+            r"gpufleet[A-Za-z0-9._-]*",
+            "an absolute path to a file named gpufleet*, e.g. /usr/local/sbin/gpufleet-healthcheck",
+        ),
+        problems,
+    )
+    _one(
+        v,
+        "slurm_health_output",
+        lambda x, n: check_named_file(
+            x, n, r"[A-Za-z0-9_][A-Za-z0-9._-]*\.json", "an absolute path to a .json file"
+        ),
+        problems,
+    )
+    _one(
+        v,
+        "slurm_health_slurm_conf",
+        lambda x, n: check_named_file(
+            x, n, r"slurm\.conf", "the absolute path of slurm.conf, e.g. /etc/slurm/slurm.conf"
+        ),
+        problems,
+    )
+    _one(v, "slurm_health_python", check_abs_path, problems, skip_empty=True)
+    _one(
+        v,
+        "slurm_health_node_state",
+        lambda x, n: single_line(
+            x, n, 64, _HEALTH_STATES,
+            "ANY, IDLE, ALLOC, MIXED or NONDRAINED_IDLE, a comma list, optionally with CYCLE",
+        ),
+        problems,
+    )  # fmt: skip
+    _one(v, "gpufleet_slurm_node_name", check_slurm_name, problems, skip_empty=True)
+    return problems
+
+
 def provision_problems(v: Mapping[str, Any]) -> list[str]:
     """Play-level variables of provision.yml."""
     problems: list[str] = []
@@ -1034,6 +1119,7 @@ ROLE_CHECKS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     "cuda_toolkit": cuda_toolkit_problems,
     "infiniband": infiniband_problems,
     "dcgm": dcgm_problems,
+    "slurm_health": slurm_health_problems,
     "verify": verify_problems,
     "preflight": preflight_problems,
     "provision": provision_problems,

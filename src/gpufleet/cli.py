@@ -30,6 +30,8 @@ COMMANDS: tuple[str, ...] = (
     "runid",
     "verify",
     "dcgm",
+    "slurm",
+    "health",
 )
 
 
