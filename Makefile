@@ -25,6 +25,10 @@ export GF_NODES = $(value NODES)
 export GF_BENCH_REPEATS = $(value BENCH_REPEATS)
 export GF_BENCH_RUNS = $(value BENCH_RUNS)
 export GF_PYTEST_WORKERS = $(value PYTEST_WORKERS)
+# How verify's cluster steps and make run start: empty = the inventory's gpufleet_launcher
+# (ssh unless set), ssh, or slurm (one Slurm job per step; docs/slurm.md).
+LAUNCHER ?=
+export GF_LAUNCHER = $(value LAUNCHER)
 ARGSPLIT = $(BIN)/python -m gpufleet.argsplit
 
 .PHONY: help
@@ -63,6 +67,12 @@ e2e: setup testbed-deps ## as root: testbed integration tests and the end-to-end
 .PHONY: faults
 faults: setup testbed-deps ## as root: fault injection on a fresh 3-node testbed (docs/reliability.md); reports/faults/
 	$(BIN)/python -m pytest tests -m faults
+
+.PHONY: soak
+RUNS ?= 30
+export GF_RUNS = $(value RUNS)
+soak: setup testbed-deps ## as root: make verify and make run alternately RUNS=30 times on a healthy testbed; reports/soak/soak.json
+	$(BIN)/python tests/bench/soak.py --runs "$$GF_RUNS"
 
 .PHONY: bench
 BENCH_REPEATS ?= 2
@@ -174,9 +184,11 @@ VERIFY_LOCK_WAIT ?= 900
 .PHONY: verify
 verify: export GF_RUN_ID = $(value RUN_ID)
 verify: export GF_LOCK_WAIT = $(value VERIFY_LOCK_WAIT)
-verify: setup ## verify the nodes of INVENTORY (checks, pre-check, torchrun, report); exit 0 pass, else 2 (make's rule; gpufleet verify: 1 failure, 2 refused)
+verify: setup ## verify the nodes of INVENTORY (checks, pre-check, torchrun, report); LAUNCHER=slurm; exit 0 pass, else 2 (make's rule; gpufleet verify: 1 failure, 2 refused)
+	@case "$$GF_LAUNCHER" in ""|ssh|slurm) ;; *) echo "ERROR: LAUNCHER='$$GF_LAUNCHER' is refused -> allowed: ssh or slurm (empty: the inventory's gpufleet_launcher)" >&2; exit 2;; esac
 	@rc=0; $(ARGSPLIT) GF_VERIFY_ARGS VERIFY_ARGS -- $(BIN)/gpufleet verify \
-		--inventory "$$GF_INVENTORY" --run-id "$$GF_RUN_ID" --lock-wait "$$GF_LOCK_WAIT" -- || rc=$$?; \
+		--inventory "$$GF_INVENTORY" --run-id "$$GF_RUN_ID" --lock-wait "$$GF_LOCK_WAIT" \
+		--launcher "$$GF_LAUNCHER" -- || rc=$$?; \
 	case $$rc in 0) ;; 1) echo ">> exit 1: the run failed (gpufleet verify returns 1; make returns 2)"; exit 1;; \
 	  *) echo ">> exit $$rc: refused before any change (gpufleet verify returns $$rc; make returns 2)"; exit $$rc;; esac
 
@@ -186,12 +198,14 @@ ARGS ?=
 run: export GF_SCRIPT = $(value SCRIPT)
 run: export GF_RUN_ID = $(value RUN_ID)
 run: export GPUFLEET_RUN_ARGS = $(value ARGS)
-run: setup ## run your torchrun script on all nodes of INVENTORY: SCRIPT=path/to/train.py ARGS="..."; logs in reports/<run-id>/
+run: setup ## run your torchrun script on all nodes of INVENTORY: SCRIPT=path/to/train.py ARGS="..." [LAUNCHER=slurm]; logs in reports/<run-id>/
 	@test -f "$$GF_SCRIPT" || { echo "ERROR: SCRIPT='$$GF_SCRIPT' is refused -> allowed: the path of an existing file, your torchrun script (make run SCRIPT=path/to/train.py [ARGS=\"...\"])" >&2; exit 2; }
+	@case "$$GF_LAUNCHER" in ""|ssh|slurm) ;; *) echo "ERROR: LAUNCHER='$$GF_LAUNCHER' is refused -> allowed: ssh or slurm (empty: the inventory's gpufleet_launcher)" >&2; exit 2;; esac
 	@extra=$$($(BIN)/python -c 'import json,os; print(json.dumps({ \
 		"verify_script_args": os.environ["GPUFLEET_RUN_ARGS"], \
 		"verify_script": os.path.abspath(os.environ["GF_SCRIPT"]), \
-		"verify_run_id": os.environ["GF_RUN_ID"]}))'); \
+		"verify_run_id": os.environ["GF_RUN_ID"], \
+		**({"gpufleet_launcher": os.environ["GF_LAUNCHER"]} if os.environ["GF_LAUNCHER"] else {})}))'); \
 	$(ARGSPLIT) GF_VERIFY_ARGS VERIFY_ARGS -- \
 		$(BIN)/ansible-playbook playbooks/run.yml -i "$$GF_INVENTORY" -e "$$extra"
 
@@ -219,8 +233,13 @@ testbed-deps: ## install the testbed's host tools with apt-get (debootstrap, dnf
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	else echo ">> testbed-deps: all host tools present"; fi
 
-testbed-up: setup testbed-deps ## start the simulated EL cluster (NODES=3; idempotent); prints the inventory path
-	$(TBCTL) up --nodes "$$GF_NODES"
+# SLURM=1 (or LAUNCHER=slurm) also runs Slurm on the nodes: slurmctld on node1, slurmd on
+# every node (the site's scheduler; kept until testbed-down).
+SLURM ?=
+testbed-up: setup testbed-deps ## start the simulated EL cluster (NODES=3; SLURM=1 adds Slurm; idempotent); prints the inventory path
+	@slurm=(); case "$$(printf '%s' "$(value SLURM)" | tr '[:upper:]' '[:lower:]')" in 1|true|yes|on) slurm=(--slurm);; esac; \
+	[ "$$GF_LAUNCHER" = slurm ] && slurm=(--slurm); \
+	$(TBCTL) up --nodes "$$GF_NODES" $${slurm[@]+"$${slurm[@]}"}
 
 testbed-down: setup ## stop the testbed and remove all it made but the cached base rootfs (safe twice)
 	$(TBCTL) down
@@ -233,7 +252,7 @@ testbed-clean: setup ## testbed-down, then remove the cached base rootfs and whe
 
 # --- demo ---
 .PHONY: demo
-demo: setup ## the main job on the built-in simulated cluster (root): testbed-up, provision, verify
+demo: setup ## the main job on the built-in simulated cluster (root): testbed-up, provision, verify (LAUNCHER=slurm: through Slurm)
 	$(MAKE) --no-print-directory testbed-up
 	$(MAKE) --no-print-directory provision INVENTORY=testbed/inventory
 	$(MAKE) --no-print-directory verify INVENTORY=testbed/inventory

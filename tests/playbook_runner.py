@@ -23,6 +23,7 @@ PROVISION_ROLES = (
     "cuda_toolkit",
     "torch_env",
     "cluster_network",
+    "slurm_health",
 )
 
 

@@ -365,6 +365,30 @@ CASES: list[Case] = [
         "=-1",
         "an integer 1-1000",
     ),
+    # --- the Slurm launcher and health check (docs/slurm.md) ---
+    Case("verify-slurm-partition-newline", {"verify_slurm_partition": "gpu\nx"},
+         "verify_slurm_partition", "'gpu\\nx'", "a Slurm name"),
+    Case("verify-slurm-gres-extra-option", {"verify_slurm_gres": "gpu:8 --wrap=id"},
+         "verify_slurm_gres", "'gpu:8 --wrap=id'", "a GRES list such as gpu:8"),
+    Case("verify-slurm-start-timeout-zero", {"verify_slurm_start_timeout": 0},
+         "verify_slurm_start_timeout", "=0", "an integer 1-86400"),
+    Case("verify-slurm-submit-host-path", {"verify_slurm_submit_host": "../x"},
+         "verify_slurm_submit_host", "'../x'", "a host name"),
+    Case("slurm-node-name-hostlist", {"gpufleet_slurm_node_name": "node[1-3]"},
+         "gpufleet_slurm_node_name", "'node[1-3]'", "a Slurm name"),
+    # a shared variable checked by gpufleet_common's argument spec: the whole check play
+    Case("launcher-pbs", {"gpufleet_launcher": "pbs"}, "gpufleet_launcher", "pbs", "ssh, slurm",
+         hosts=TWO_NODES),
+    Case("slurm-health-wrapper-over-passwd", {"slurm_health_wrapper": "/etc/passwd"},
+         "slurm_health_wrapper", "'/etc/passwd'", "a file named gpufleet*"),
+    Case("slurm-health-edits-shadow", {"slurm_health_slurm_conf": "/etc/shadow"},
+         "slurm_health_slurm_conf", "'/etc/shadow'", "the absolute path of slurm.conf"),
+    Case("slurm-health-output-not-json", {"slurm_health_output": "/etc/crontab"},
+         "slurm_health_output", "'/etc/crontab'", "a .json file"),
+    Case("slurm-health-timeout-past-slurmd", {"slurm_health_timeout": 60},
+         "slurm_health_timeout", "=60", "an integer 1-55"),
+    Case("slurm-health-node-state-shell", {"slurm_health_node_state": "ANY;reboot"},
+         "slurm_health_node_state", "'ANY;reboot'", "ANY, IDLE, ALLOC"),
     Case(
         "verify-probe-port-70000",
         {"verify_probe_port": 70000},
@@ -1428,6 +1452,18 @@ CASES += [
          argv=(*MAKE, "check", "CHECKS_ARGS=--node 'x")),
     Case("make-run-script-missing", {}, "SCRIPT", f"'/nonexistent/`touch {MARK}`.py'",
          "an existing file", argv=(*MAKE, "run", f"SCRIPT=/nonexistent/`touch {MARK}`.py")),
+    Case("make-verify-launcher-pbs", {}, "LAUNCHER", "'pbs'", "ssh or slurm",
+         argv=(*MAKE, "verify", "INVENTORY=/nonexistent", "LAUNCHER=pbs")),
+    Case("make-run-launcher-pbs", {}, "LAUNCHER", "'pbs'", "ssh or slurm",
+         argv=(*MAKE, "run", "SCRIPT=README.md", "LAUNCHER=pbs")),
+    Case("cli-verify-launcher-pbs", {}, "--launcher", "'pbs'", "choose from",
+         argv=(*GF, "verify", "--launcher", "pbs")),
+    Case("cli-slurm-submit-partition-shell", {}, "partition", "'a;b'", "a Slurm name",
+         argv=(*GF, "slurm", "submit", "--job-name", "x", "--nodelist", "n1", "--timeout", "10",
+               "--output", "/nonexistent/o", "--record", "/nonexistent/r.json",
+               "--partition", "a;b", "--", "true")),
+    Case("cli-health-timeout-negative", {}, "--timeout", "'-1'", "a number > 0",
+         argv=(*GF, "health", "--timeout", "-1")),
     Case("cli-matrix-readme-missing", {}, "--update-readme", "/nonexistent/README.md",
          "No such file", argv=(*GF, "matrix", "--update-readme", "/nonexistent/README.md"), rc=1),
     Case("cli-matrix-readme-directory", {}, "--update-readme", "/tmp", "Is a directory",
@@ -1459,6 +1495,8 @@ GLOBAL_READERS = {
     "gpufleet_gpu_archs": "preflight",
     "gpufleet_allow_no_gpu": "preflight",
     "gpufleet_cuda_repo_repo_gpgcheck": "nvidia_driver",
+    "gpufleet_slurm_node_name": "verify",
+    "gpufleet_launcher": "verify",
 }
 NODE_CASES = [c for c in CASES if c.hosts is None and c.argv is None]
 
@@ -1688,6 +1726,9 @@ def validation_tasks() -> set[str]:
 
 def in_validation(task: str, names: set[str]) -> bool:
     if "Validating arguments against arg spec 'check_inputs'" in task:
+        return True
+    # the shared variables' spec: gpufleet_common runs as the first check_inputs' dependency
+    if task.startswith("gpufleet_common : Validating arguments against arg spec 'main'"):
         return True
     return task.split(" : ", 1)[-1] in names
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--repo", default="", help="the gpufleet checkout (default: found from here)")
     p.add_argument(
+        "--launcher",
+        choices=("", "ssh", "slurm"),
+        default="",
+        help="how the cluster steps start: ssh or slurm (default: the inventory's "
+        "gpufleet_launcher; make verify LAUNCHER=)",
+    )
+    p.add_argument(
         "ansible_args", nargs="*", metavar="-- ANSIBLE_ARG", help="more ansible-playbook arguments"
     )
     p.set_defaults(func=run)
@@ -34,5 +42,8 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     repo = Path(args.repo).resolve() if args.repo else verifyrun.find_repo(Path.cwd())
-    out = verifyrun.run(repo, args.inventory, args.run_id, args.ansible_args, args.lock_wait)
+    extra = list(args.ansible_args)
+    if args.launcher:
+        extra += ["-e", json.dumps({"gpufleet_launcher": args.launcher})]
+    out = verifyrun.run(repo, args.inventory, args.run_id, extra, args.lock_wait)
     return out.exit_code

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -149,8 +150,12 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
         run_id=str(info.get("run_id", run.name)), run_dir=run, run_info=info, nodes=nodes
     )
     analyse_bisection(summary)
+    unavailable = slurm_unavailable(summary)
     if summary.suspects:
         summary.suspect_reason = summary.bisect_reason
+    elif unavailable:  # a Slurm job waited for nodes Slurm would not give it
+        summary.suspects = unavailable
+        summary.suspect_reason = "Slurm did not make them available (the job never started)"
     else:  # no bisection verdict: the nodes where a signal killed a rank, else dropped nodes
         killed = sorted(
             n for n, nr in nodes.items() if any(r.name == "allreduce:signal" for r in nr.records)
@@ -161,6 +166,40 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
             "killed by a signal" if killed else "dropped out of the run" if dropped else ""
         )
     return summary
+
+
+def slurm_unavailable(s: Summary) -> list[str]:
+    """Inventory nodes that a Slurm job waited for in vain: Slurm's pending reason names them
+    (``ReqNodeNotAvail, UnavailableNodes:node3``); mapped back through run.json's
+    ``slurm_names`` ({inventory host: Slurm name})."""
+    names = s.run_info.get("slurm_names") or {}
+    by_slurm = {str(v): str(k) for k, v in names.items()} if isinstance(names, dict) else {}
+    out: set[str] = set()
+    for nr in s.nodes.values():
+        for f in nr.files:
+            if not f.kind.startswith("slurm-") or f.meta.get("started_after_s") is not None:
+                continue
+            m = re.search(r"UnavailableNodes:(\S*)", str(f.meta.get("reason") or ""))
+            for name in expand_hostlist(m.group(1)) if m else []:
+                out.add(by_slurm.get(name, name))
+    return sorted(out)
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """A Slurm hostlist (``node[1-3,5],gpu7``) as names; enough of the syntax for reasons."""
+    out: list[str] = []
+    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]*)\])?", text.strip().strip(",")):
+        prefix, ranges = m.group(1).lstrip(","), m.group(2)
+        if not ranges:
+            out.append(prefix)
+            continue
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            if lo.isdigit() and (not hi or hi.isdigit()):
+                width = len(lo)
+                for i in range(int(lo), int(hi or lo) + 1):
+                    out.append(f"{prefix}{i:0{width}d}")
+    return [n for n in out if n]
 
 
 def to_json(s: Summary) -> dict[str, Any]:
@@ -190,8 +229,33 @@ def to_json(s: Summary) -> dict[str, Any]:
         "bisect_reason": s.bisect_reason,
         "suspect_nodes": s.suspects,
         "suspect_reason": s.suspect_reason,
+        "launcher": str(s.run_info.get("launcher") or "ssh"),
+        "slurm_jobs": slurm_jobs(s),
         **training_sections(s),
     }
+
+
+SLURM_JOB_KEYS = (
+    "job_id", "job_name", "state", "reason", "exit_code", "signal", "nodes",
+    "started_after_s", "ended_after_s", "cancelled", "cancel_reason", "error", "ok",
+)  # fmt: skip
+
+
+def slurm_jobs(s: Summary) -> list[dict[str, Any]]:
+    """The Slurm job of every cluster step (``slurm-<step>.json`` from the submit host)."""
+    out = []
+    for n, nr in sorted(s.nodes.items()):
+        for f in nr.files:
+            if f.kind.startswith("slurm-"):
+                job = {k: f.meta.get(k) for k in SLURM_JOB_KEYS}
+                out.append(
+                    {
+                        "step": f.meta.get("step") or f.kind.removeprefix("slurm-"),
+                        "submit_host": n,
+                        **job,
+                    }
+                )
+    return sorted(out, key=lambda j: str(j.get("job_id") or ""))
 
 
 def training_sections(s: Summary) -> dict[str, Any]:

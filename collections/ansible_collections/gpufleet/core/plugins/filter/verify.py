@@ -1,7 +1,8 @@
-"""verify filters: the bisection reruns that name the node at fault.
+"""verify filters: the bisection reruns that name the node at fault, and the Slurm
+launcher's jobs and task scripts.
 
-Thin adapter over :mod:`gpufleet.report.localise` (imported from the controller venv that
-``make setup`` builds).
+Thin adapters over :mod:`gpufleet.report.localise` and :mod:`gpufleet.slurm` (imported from
+the controller venv that ``make setup`` builds).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
 )
 
 with gpufleet_required():
+    from gpufleet import slurm
+    from gpufleet.errors import GpufleetError
     from gpufleet.report import localise
 
 
@@ -48,8 +51,43 @@ def bisect_max_rounds(nodes: Sequence[str]) -> int:
     return localise.max_rounds(len(_names(nodes, "bisect_max_rounds")))
 
 
+def slurm_task_script(head: Sequence[str], tail: Sequence[str], **kw: Any) -> str:
+    """``head | gpufleet.core.slurm_task_script(tail, node=, step=, addresses=, rc_file=,
+    env=)`` -> the task script srun runs on this node (gpufleet.slurm.task_script)."""
+    return slurm.task_script(
+        node=str(kw["node"]),
+        step=str(kw["step"]),
+        head=[str(a) for a in head],
+        tail=[str(a) for a in tail],
+        addresses={str(k): str(v) for k, v in dict(kw["addresses"]).items()},
+        rc_file=str(kw["rc_file"]),
+        env={str(k): str(v) for k, v in dict(kw.get("env") or {}).items()},
+    )
+
+
+def slurm_jobs(parts: Sequence[Mapping[str, Any]], step: str) -> list[dict[str, Any]]:
+    """``parts | gpufleet.core.slurm_jobs(step)`` -> [{launch, hosts, names}], one per job."""
+    return slurm.jobs_from_parts(list(parts), str(step))
+
+
+def slurm_hosts_in_order(slurm_names: Mapping[str, str], order: Sequence[str]) -> list[str]:
+    """``{host: slurm name} | gpufleet.core.slurm_hosts_in_order(order)`` -> the inventory
+    hosts in Slurm's order."""
+    return slurm.hosts_in_order(dict(slurm_names), list(order))
+
+
 class FilterModule:
     """gpufleet.core verify filters."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return as_filters((bisect_groups, bisect_outcome, bisect_max_rounds), (TypeError, KeyError))
+        return as_filters(
+            (
+                bisect_groups,
+                bisect_outcome,
+                bisect_max_rounds,
+                slurm_task_script,
+                slurm_jobs,
+                slurm_hosts_in_order,
+            ),
+            (TypeError, KeyError, GpufleetError),
+        )
