@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from . import mirror, nodes, render, rootfs
+from . import mirror, nodes, render, rootfs, slurm
 from .config import (
     BRIDGE,
     BRIDGE_ADDRESS,
@@ -71,7 +71,7 @@ def _check_owner(claim: bool) -> None:
         OWNER_FILE.write_text(f"{STATE_DIR}\n")
 
 
-def write_inventory(node_list: list[Node], fpr: str) -> Path:
+def write_inventory(node_list: list[Node], fpr: str, with_slurm: bool = False) -> Path:
     INVENTORY_DIR.mkdir(parents=True, exist_ok=True)
     (INVENTORY_DIR / "group_vars").mkdir(exist_ok=True)
     hosts = INVENTORY_DIR / "hosts.yml"
@@ -82,6 +82,7 @@ def write_inventory(node_list: list[Node], fpr: str) -> Path:
         fingerprint=fpr,
         bridge_address=BRIDGE_ADDRESS,
         cidr=str(SUBNET),
+        slurm=with_slurm,
     )
     (INVENTORY_DIR / "group_vars" / "all.yml").write_text(render.group_vars_text(info))
     return hosts
@@ -111,7 +112,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     nodes.write_known_hosts(node_list)
     for n in node_list:
         nodes.ensure_node(n, node_list)
-    inv = write_inventory(node_list, fpr)
+    if args.slurm or slurm.enabled():
+        slurm.up(node_list)
+    inv = write_inventory(node_list, fpr, with_slurm=args.slurm or slurm.enabled())
     say(
         f"testbed up: {len(node_list)} node(s) in {time.monotonic() - t0:.0f}s; "
         f"mirror {mirror_url()}/"
@@ -203,6 +206,12 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("TESTBED_HGX", ""),
         help="nodes posing as NVSwitch HGX systems: node1=b200,node3=h100 (boards h100, b200); "
         "applied when a node boots (testbed-down first to change it)",
+    )
+    up.add_argument(
+        "--slurm",
+        action="store_true",
+        default=os.environ.get("TESTBED_SLURM", "").lower() in ("1", "true", "yes", "on"),
+        help="also run Slurm (slurmctld on node1, slurmd everywhere); kept until testbed-down",
     )
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="remove everything but the caches; safe twice").set_defaults(

@@ -55,6 +55,11 @@ ROOTFS_PACKAGES = (
     "kmod",
     "ca-certificates",
     "less",
+    # the site's scheduler (started only with `testbed-up --slurm`, testbed/tbctl/slurm.py)
+    "munge",
+    "slurmd",
+    "slurmctld",
+    "slurm-client",
 )
 
 

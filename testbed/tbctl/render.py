@@ -766,6 +766,7 @@ class MirrorInfo:
     fingerprint: str  # testbed key fingerprint (40 hex)
     bridge_address: str
     cidr: str
+    slurm: bool = False  # Slurm runs on the nodes (tbctl.slurm)
 
 
 def inventory_hosts(nodes: list[Node], key_file: str, known_hosts_file: str) -> dict[str, Any]:
@@ -823,6 +824,17 @@ def inventory_group_vars(m: MirrorInfo) -> dict[str, Any]:
         # The nodes are Debian root filesystems without SELinux (docs/testbed.md); on a
         # real EL node gpufleet requires enforcing and never changes it.
         "cluster_network_require_selinux_enforcing": False,
+        # -- Slurm, when the testbed runs it (testbed-up --slurm): gpufleet's health check
+        # as slurmd's HealthCheckProgram, slurm.conf edited by the role as the site asks
+        **(
+            {
+                "gpufleet_slurm_health": True,
+                "slurm_health_edit_slurm_conf": True,
+                "slurm_health_interval": 15,
+            }
+            if m.slurm
+            else {}
+        ),
     }
 
 

@@ -13,7 +13,7 @@ from .sh import TestbedError, run, say
 ROOTFS = CACHE_DIR / "rootfs"
 STAMP = CACHE_DIR / "rootfs.stamp"
 LOG = CACHE_DIR / "rootfs.log"
-ROOTFS_VERSION = "4"  # bump when the customisation below changes
+ROOTFS_VERSION = "5"  # bump when the customisation below changes
 
 # Units that cannot work inside a node (no udev, read-only /sys, no consoles) or that would
 # only add noise (timers). Masked so that `systemctl is-system-running` says "running".
@@ -117,6 +117,10 @@ def build(force: bool = False) -> Path:
         "rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin\n"
         f"systemctl mask {masks}\n"
         "systemctl enable ssh.service dbus.service firewalld.service\n"
+        # Slurm and munge start only when the testbed is asked for Slurm (tbctl.slurm),
+        # each testbed with its own munge key
+        "systemctl disable munge.service slurmd.service slurmctld.service\n"
+        "rm -f /etc/munge/munge.key\n"
         "systemctl set-default multi-user.target\n"
         ": > /etc/machine-id\n"
         "install -d -m 700 /root/.ssh\n"

@@ -1,5 +1,8 @@
 """End to end on the simulated cluster: `make demo` (testbed up, provision, verify), a second
-`make provision` that must change nothing, then `make testbed-down`.
+`make provision` that must change nothing, then on the same testbed `make demo
+LAUNCHER=slurm` (Slurm added, verify's cluster steps as Slurm jobs), the health check as
+slurmd's HealthCheckProgram (drain, resume, an admin's drain left alone) and a job Slurm
+cannot schedule, then `make testbed-down`.
 
 Needs root and the testbed tools (`make testbed-deps`); runs in `make e2e` and in CI. Phase
 times are written to reports/e2e-timings.json (and printed with `-s`), never asserted;
@@ -15,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,37 +152,156 @@ def check_make_run(n: int) -> None:
     assert f"node{n}: rank {2 * n - 1} (local rank 1) exited with 1" in out, out[-6000:]
 
 
-def test_demo_provisions_verifies_and_reruns_without_change() -> None:
-    n = 3
-    demo, _ = make("demo", f"NODES={n}")
-    out = demo.stdout + demo.stderr
-    try:
-        assert demo.returncode == 0, out[-8000:]
-        summary = json.loads((REPO / "reports/latest/summary.json").read_text())
-        assert summary["status"] == "pass"
-        assert sorted(summary["nodes"]) == [f"node{i}" for i in range(1, n + 1)]
-        # the cluster all-reduce ran across every node (gloo, CPU): world = nodes x ranks
-        cluster = [r for r in summary["bandwidth"] if r["source"] == "allreduce"]
-        assert cluster, "no cluster all-reduce rows in the report"
-        for row in cluster:
-            w = row["world_size"]
-            assert w >= n and w % n == 0 and row["backend"] == "gloo" and row["wrong"] == 0
-            assert row["busbw"] == pytest.approx(row["algbw"] * 2 * (w - 1) / w, rel=1e-3)
-        assert ">> report:" in out and ": pass" in out
-        check_cluster_rows_from_raw_timings(n)
-        check_training_record(summary, n)
-        check_honest_skips(summary, n)
-        check_make_run(n)
-
-        again, _ = make("provision", "INVENTORY=testbed/inventory")
-        rerun = recap(again.stdout)
-        assert again.returncode == 0, again.stdout[-8000:]
-        assert sorted(rerun) == [f"node{i}" for i in range(1, n + 1)]
-        for host, (_, changed, unreachable, failed) in rerun.items():
-            assert (changed, unreachable, failed) == (0, 0, 0), f"{host}: {rerun[host]}"
-    finally:
-        down, _ = make("testbed-down")
+@pytest.fixture(scope="module")
+def torn_down_after() -> Iterator[None]:
+    """The demo's testbed stays up between the tests of this module (the Slurm demo runs on
+    it), then `make testbed-down` must leave nothing behind."""
+    yield
+    down, _ = make("testbed-down")
     assert down.returncode == 0, down.stdout + down.stderr
     assert nodes.our_netns() == []
     assert nodes.our_links() == []
     assert nodes.our_mounts(config.STATE_DIR) == []
+
+
+def test_demo_provisions_verifies_and_reruns_without_change(torn_down_after: None) -> None:
+    n = 3
+    demo, _ = make("demo", f"NODES={n}")
+    out = demo.stdout + demo.stderr
+    assert demo.returncode == 0, out[-8000:]
+    summary = json.loads((REPO / "reports/latest/summary.json").read_text())
+    assert summary["status"] == "pass" and summary["launcher"] == "ssh"
+    assert summary["slurm_jobs"] == []
+    assert sorted(summary["nodes"]) == [f"node{i}" for i in range(1, n + 1)]
+    # the cluster all-reduce ran across every node (gloo, CPU): world = nodes x ranks
+    cluster = [r for r in summary["bandwidth"] if r["source"] == "allreduce"]
+    assert cluster, "no cluster all-reduce rows in the report"
+    for row in cluster:
+        w = row["world_size"]
+        assert w >= n and w % n == 0 and row["backend"] == "gloo" and row["wrong"] == 0
+        assert row["busbw"] == pytest.approx(row["algbw"] * 2 * (w - 1) / w, rel=1e-3)
+    assert ">> report:" in out and ": pass" in out
+    check_cluster_rows_from_raw_timings(n)
+    check_training_record(summary, n)
+    check_honest_skips(summary, n)
+    check_make_run(n)
+
+    again, _ = make("provision", "INVENTORY=testbed/inventory")
+    rerun = recap(again.stdout)
+    assert again.returncode == 0, again.stdout[-8000:]
+    assert sorted(rerun) == [f"node{i}" for i in range(1, n + 1)]
+    for host, (_, changed, unreachable, failed) in rerun.items():
+        assert (changed, unreachable, failed) == (0, 0, 0), f"{host}: {rerun[host]}"
+
+
+# --------------------------------------------------------------------------- Slurm
+
+
+def node_sh(name: str, script: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """A command inside a testbed node (its namespaces, no SSH)."""
+    node = next(n for n in config.make_nodes(3) if n.name == name)
+    pid = nodes.init_pid(node)
+    assert pid is not None, f"{name} is not running"
+    return subprocess.run(
+        [*nodes.nsenter(node, pid), "/bin/bash", "-c", script],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+
+
+def slurm_node(name: str) -> dict[str, str]:
+    """`scontrol show node -o` on the controller node, as a dict (gpufleet.slurm's parser)."""
+    from gpufleet.slurm import parse_show_line
+
+    r = node_sh("node1", f"scontrol show node -o {name}")
+    assert r.returncode == 0, r.stderr
+    return parse_show_line(r.stdout)
+
+
+def wait_until(cond: Any, limit: float, what: str) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < limit:
+        if cond():
+            return time.monotonic() - start
+        time.sleep(1)
+    raise AssertionError(f"{what}: not within {limit:.0f} s")
+
+
+def test_demo_through_slurm_drains_a_sick_node_and_cancels_what_cannot_start(
+    torn_down_after: None,
+) -> None:
+    """make demo LAUNCHER=slurm on the demo's testbed (Slurm added by testbed-up), then the
+    health check as slurmd's HealthCheckProgram, then a job Slurm cannot schedule."""
+    n = 3
+    demo, _ = make("demo", f"NODES={n}", "LAUNCHER=slurm")
+    out = demo.stdout + demo.stderr
+    assert demo.returncode == 0, out[-8000:]
+    summary = json.loads((REPO / "reports/latest/summary.json").read_text())
+    assert summary["status"] == "pass" and summary["launcher"] == "slurm"
+    jobs = {j["step"]: j for j in summary["slurm_jobs"]}
+    assert set(jobs) == {"allreduce", "train-1node", "train"}, jobs
+    for step, job in jobs.items():
+        assert job["state"] == "COMPLETED" and job["exit_code"] == 0 and job["ok"], (step, job)
+        assert str(job["job_id"]).isdigit()
+    assert len({j["job_id"] for j in jobs.values()}) == 3
+    assert jobs["allreduce"]["nodes"] == "node[1-3]"
+    cluster = [r for r in summary["bandwidth"] if r["source"] == "allreduce"]
+    assert cluster and all(r["world_size"] == 2 * n and r["wrong"] == 0 for r in cluster)
+    check_training_record(summary, n)
+    md = (REPO / "reports/latest/summary.md").read_text()
+    assert "launcher slurm" in md and str(jobs["allreduce"]["job_id"]) in md
+    # the role wrote the HealthCheck lines (the testbed inventory asks it to) on every node
+    for i in range(1, n + 1):
+        conf = node_sh(f"node{i}", "cat /etc/slurm/slurm.conf").stdout
+        assert "HealthCheckProgram=/usr/local/sbin/gpufleet-healthcheck" in conf
+        assert "HealthCheckInterval=15" in conf
+
+    # -- a sick node: nccl.env names an interface node2 lacks; slurmd's next health-check
+    # run drains exactly node2 with the check as the reason, and resumes it after the fix
+    env_file = "/etc/gpufleet/nccl.env"
+    node_sh("node2", f"cp {env_file} /root/nccl.env.good && "
+                     f"sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=bogus0/' {env_file}")  # fmt: skip
+    took = wait_until(lambda: "DRAIN" in slurm_node("node2").get("State", ""), 90, "node2 drained")
+    reason = slurm_node("node2")["Reason"]
+    assert reason.startswith("gpufleet: nccl_env_interfaces: ") and "bogus0" in reason, reason
+    for other in ("node1", "node3"):
+        assert "DRAIN" not in slurm_node(other)["State"], other
+    print(f"\n[e2e] node2 drained {took:.0f} s after nccl.env broke: {reason}")
+    node_sh("node2", f"cp /root/nccl.env.good {env_file}")
+    took = wait_until(lambda: "DRAIN" not in slurm_node("node2")["State"], 90, "node2 resumed")
+    print(f"[e2e] node2 resumed {took:.0f} s after the fix")
+
+    # -- an admin's drain is never undone by gpufleet's (passing) health checks
+    node_sh("node1", "scontrol update nodename=node3 state=drain reason='maintenance: e2e'")
+    time.sleep(35)  # two HealthCheckInterval periods
+    held = slurm_node("node3")
+    assert "DRAIN" in held["State"] and held["Reason"].startswith("maintenance: e2e"), held
+    node_sh("node1", "scontrol update nodename=node3 state=resume")
+
+    # -- a node down: the all-reduce job cannot start, is cancelled at the start limit and
+    # reported naming node3; no bisection reruns wait again
+    node_sh("node3", "systemctl stop slurmd")
+    node_sh("node1", "scontrol update nodename=node3 state=down reason='e2e: node down'")
+    try:
+        limit = 20
+        start = time.monotonic()
+        bad, _ = make(
+            "verify", "INVENTORY=testbed/inventory", "LAUNCHER=slurm", "RUN_ID=e2e-slurm-down",
+            f"VERIFY_ARGS=-e verify_slurm_start_timeout={limit} -e verify_run_checks=false "
+            "-e verify_run_smoke=false",
+        )  # fmt: skip
+        took = time.monotonic() - start
+        assert bad.returncode != 0
+        s = json.loads((REPO / "reports/e2e-slurm-down/summary.json").read_text())
+        job = next(j for j in s["slurm_jobs"] if j["step"] == "allreduce")
+        assert job["state"] == "CANCELLED" and job["cancelled"], job
+        assert job["started_after_s"] is None and "node3" in (job["reason"] or ""), job
+        assert s["suspect_nodes"] == ["node3"] and "Slurm" in s["suspect_reason"]
+        assert s["bisect"] == [] and s["training"] is None
+        assert not [j for j in s["slurm_jobs"] if j["step"] != "allreduce"]
+        print(f"[e2e] unschedulable job cancelled and reported; verify took {took:.0f} s")
+        assert took < limit + 150, f"verify took {took:.0f} s with a {limit} s start limit"
+        queue = node_sh("node1", "squeue -h -o '%i %T'").stdout.strip()
+        assert queue == "", f"jobs left in the queue: {queue}"
+    finally:
+        node_sh("node3", "systemctl start slurmd")
+        node_sh("node1", "scontrol update nodename=node3 state=resume")

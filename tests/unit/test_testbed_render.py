@@ -253,3 +253,43 @@ def test_hgx_knob_parsing_and_inventory() -> None:
     assert hosts["node1"]["testbed_hgx"] == "b200"
     assert hosts["node1"]["infiniband_sysfs_root"] == render.HGX_IB_ROOT
     assert "testbed_hgx" not in hosts["node2"]
+
+
+def test_slurm_conf_describes_every_node_and_one_controller() -> None:
+    from tbctl import slurm
+
+    node_list = config.make_nodes(3)
+    conf = slurm.slurm_conf(node_list, cpus=2)
+    lines = dict(
+        line.split("=", 1)
+        for line in conf.splitlines()
+        if "=" in line and " " not in line.split("=", 1)[0]
+    )
+    assert lines["SlurmctldHost"] == "node1(10.213.0.11)"
+    assert lines["AuthType"] == "auth/munge"
+    assert lines["ProctrackType"] == "proctrack/linuxproc"  # no cgroups in the nodes
+    nodes_lines = [ln for ln in conf.splitlines() if ln.startswith("NodeName=")]
+    assert nodes_lines == [
+        f"NodeName=node{i} NodeAddr=10.213.0.1{i} CPUs=2 State=UNKNOWN" for i in (1, 2, 3)
+    ]
+    assert "PartitionName=gpufleet Nodes=ALL Default=YES" in conf
+    # gpufleet's role adds the HealthCheck lines; the site's file starts without them
+    assert "HealthCheck" not in conf
+    lo, hi = slurm.SRUN_PORTS
+    assert f"SrunPortRange={lo}-{hi}" in conf
+    opened = [a[-1] for a in slurm.firewall_argv() if a[1] == "--permanent"]
+    assert opened == ["--add-port=6817-6818/tcp", f"--add-port={lo}-{hi}/tcp"]
+
+
+def test_the_inventory_turns_on_the_health_check_only_with_slurm() -> None:
+    info = render.MirrorInfo(
+        "http://10.213.0.1:8213", "k.pub", "F" * 40, "10.213.0.1", "10.213.0.0/24"
+    )
+    assert "gpufleet_slurm_health" not in render.inventory_group_vars(info)
+    with_slurm = render.inventory_group_vars(
+        render.MirrorInfo(
+            "http://10.213.0.1:8213", "k.pub", "F" * 40, "10.213.0.1", "10.213.0.0/24", slurm=True
+        )
+    )
+    assert with_slurm["gpufleet_slurm_health"] is True
+    assert with_slurm["slurm_health_edit_slurm_conf"] is True
