@@ -543,7 +543,7 @@ def drain_reason(failures: Sequence[tuple[str, str]]) -> str:
         text += f" (+{len(failures) - 1} more)"
     text = re.sub(r"[\x00-\x1f\x7f]+", " ", text)
     # no '=' or quotes: scontrol's own parsing, and ours of `show node`, split at them
-    text = re.sub(r"\s+", " ", re.sub(r"[='\"]", " ", text)).strip()
+    text = re.sub(r"\s+", " ", re.sub(r"['\"]", "", text).replace("=", " ")).strip()
     # scontrol takes the reason as one argument; '=' and quotes are fine there, but keep it
     # to what sinfo -R shows without wrapping
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
