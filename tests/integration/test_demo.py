@@ -29,6 +29,8 @@ sys.path.insert(0, str(REPO / "testbed"))
 
 from tbctl import config, nodes  # noqa: E402
 
+import testbed_lib as tb  # noqa: E402
+
 pytestmark = [
     pytest.mark.testbed,
     pytest.mark.slow,
@@ -197,15 +199,9 @@ def test_demo_provisions_verifies_and_reruns_without_change(torn_down_after: Non
 # --------------------------------------------------------------------------- Slurm
 
 
-def node_sh(name: str, script: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def node_sh(name: str, script: str) -> subprocess.CompletedProcess[str]:
     """A command inside a testbed node (its namespaces, no SSH)."""
-    node = next(n for n in config.make_nodes(3) if n.name == name)
-    pid = nodes.init_pid(node)
-    assert pid is not None, f"{name} is not running"
-    return subprocess.run(
-        [*nodes.nsenter(node, pid), "/bin/bash", "-c", script],
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+    return tb.node_sh(tb.by_name(name), script)
 
 
 def slurm_node(name: str) -> dict[str, str]:
@@ -215,15 +211,6 @@ def slurm_node(name: str) -> dict[str, str]:
     r = node_sh("node1", f"scontrol show node -o {name}")
     assert r.returncode == 0, r.stderr
     return parse_show_line(r.stdout)
-
-
-def wait_until(cond: Any, limit: float, what: str) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < limit:
-        if cond():
-            return time.monotonic() - start
-        time.sleep(1)
-    raise AssertionError(f"{what}: not within {limit:.0f} s")
 
 
 def test_demo_through_slurm_drains_a_sick_node_and_cancels_what_cannot_start(
@@ -255,20 +242,56 @@ def test_demo_through_slurm_drains_a_sick_node_and_cancels_what_cannot_start(
         assert "HealthCheckProgram=/usr/local/sbin/gpufleet-healthcheck" in conf
         assert "HealthCheckInterval=15" in conf
 
+    # -- make run LAUNCHER=slurm: the user's plain DDP script as one Slurm job
+    ran, _ = make("run", "INVENTORY=testbed/inventory", "SCRIPT=tests/fixtures/run/plain_ddp.py",
+                  "ARGS=--steps 10", "LAUNCHER=slurm", "RUN_ID=e2e-run-slurm")  # fmt: skip
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-6000:]
+    for rank in range(2 * n):
+        text = (
+            REPO / "reports/e2e-run-slurm" / f"node{rank // 2 + 1}" / f"run-rank{rank}.log"
+        ).read_text()
+        assert f"plain_ddp rank {rank}/{2 * n} on" in text and "all ranks: True" in text
+    job = json.loads((REPO / "reports/e2e-run-slurm/node1/slurm-run.json").read_text())
+    assert job["meta"]["state"] == "COMPLETED" and job["records"][0]["status"] == "pass"
+
     # -- a sick node: nccl.env names an interface node2 lacks; slurmd's next health-check
     # run drains exactly node2 with the check as the reason, and resumes it after the fix
     env_file = "/etc/gpufleet/nccl.env"
     node_sh("node2", f"cp {env_file} /root/nccl.env.good && "
                      f"sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=bogus0/' {env_file}")  # fmt: skip
-    took = wait_until(lambda: "DRAIN" in slurm_node("node2").get("State", ""), 90, "node2 drained")
+    took = tb.wait_for(lambda: "DRAIN" in slurm_node("node2").get("State", ""), 90, "node2 drained")
     reason = slurm_node("node2")["Reason"]
     assert reason.startswith("gpufleet: nccl_env_interfaces: ") and "bogus0" in reason, reason
     for other in ("node1", "node3"):
         assert "DRAIN" not in slurm_node(other)["State"], other
     print(f"\n[e2e] node2 drained {took:.0f} s after nccl.env broke: {reason}")
     node_sh("node2", f"cp /root/nccl.env.good {env_file}")
-    took = wait_until(lambda: "DRAIN" not in slurm_node("node2")["State"], 90, "node2 resumed")
+    took = tb.wait_for(lambda: "DRAIN" not in slurm_node("node2")["State"], 90, "node2 resumed")
     print(f"[e2e] node2 resumed {took:.0f} s after the fix")
+
+    # -- bisection under Slurm: node3's ranks cannot find their gloo interface (set in its
+    # launch environment only, so the pre-check passes); the reruns are Slurm jobs too
+    bad_gloo = (
+        "#!/bin/sh\n"
+        '[ "$(hostname)" = node3 ] && export GLOO_SOCKET_IFNAME=bogus0\n'
+        'exec /opt/gpufleet/env/bin/python "$@"\n'
+    )
+    for i in range(1, n + 1):
+        wrapper = tb.node_file(tb.by_name(f"node{i}"), "/root/py-bad-gloo")
+        wrapper.write_text(bad_gloo)
+        wrapper.chmod(0o755)
+    bis, _ = make(
+        "verify", "INVENTORY=testbed/inventory", "LAUNCHER=slurm", "RUN_ID=e2e-slurm-bisect",
+        "VERIFY_ARGS=-e verify_python=/root/py-bad-gloo -e verify_run_checks=false "
+        "-e verify_run_smoke=false -e verify_run_train=false -e verify_collective_timeout=20 "
+        "-e verify_rdzv_timeout=20",
+    )  # fmt: skip
+    assert bis.returncode != 0
+    s = json.loads((REPO / "reports/e2e-slurm-bisect/summary.json").read_text())
+    assert s["suspect_nodes"] == ["node3"], (s["suspect_reason"], s["bisect"])
+    assert s["bisect_reason"].startswith("bisection")
+    steps = {j["step"] for j in s["slurm_jobs"]}
+    assert "allreduce" in steps and any(x.startswith("bisect-1-") for x in steps), steps
 
     # -- an admin's drain is never undone by gpufleet's (passing) health checks
     node_sh("node1", "scontrol update nodename=node3 state=drain reason='maintenance: e2e'")

@@ -289,3 +289,52 @@ def test_a_file_without_run_id_does_not_count_in_a_stamped_run(tmp_path: Path) -
     _smoke("n1").write(run / "n1" / "smoke.json")  # no GPUFLEET_RUN_ID in this process
     ((_, _, rec),) = report.collect(run).failures()
     assert "written by run (none)" in rec.message
+
+
+def _slurm_record(step: str, **meta: object) -> ResultFile:
+    ok = meta.get("state") == "COMPLETED"
+    return ResultFile(
+        kind=f"slurm-{step}",
+        node="node1",
+        mode="slurm",
+        started="2026-01-01T00:00:00Z",
+        records=[
+            Record("slurm_job", "pass" if ok else "fail", node="node1", value=meta.get("job_id"))
+        ],
+        meta={"launcher": "slurm", "step": step, **meta},
+    )
+
+
+def test_a_slurm_run_reports_its_jobs_and_the_nodes_slurm_withheld(tmp_path: Path) -> None:
+    d = tmp_path / "r2"
+    _slurm_record("allreduce", job_id="17", state="CANCELLED", started_after_s=None,
+                  reason="ReqNodeNotAvail,_UnavailableNodes:gpu[07-08]", cancelled=True,
+                  cancel_reason="still PENDING after 20s").write(d / "h1" / "slurm-allreduce.json")  # fmt: skip
+    (d / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": "r2",
+                "launcher": "slurm",
+                "nodes": ["h1", "h7", "h8"],
+                "slurm_names": {"h1": "gpu01", "h7": "gpu07", "h8": "gpu08"},
+                "expect": {},
+            }
+        )
+    )
+    s = report.collect(d)
+    assert s.suspects == ["h7", "h8"]  # Slurm's names mapped back to the inventory's
+    assert "Slurm did not make them available" in s.suspect_reason
+    data = report.to_json(s)
+    assert data["launcher"] == "slurm"
+    (job,) = data["slurm_jobs"]
+    assert (job["step"], job["job_id"], job["state"], job["submit_host"]) == (
+        "allreduce", "17", "CANCELLED", "h1"
+    )  # fmt: skip
+    md = report.render_markdown(s)
+    assert "launcher slurm" in md and "| allreduce | 17 | CANCELLED | never |" in md
+    assert "cancelled: still PENDING after 20s" in md
+
+
+def test_an_ssh_run_says_so_and_has_no_jobs(run_dir: Path) -> None:
+    data = report.to_json(report.collect(run_dir))
+    assert data["launcher"] == "ssh" and data["slurm_jobs"] == []
