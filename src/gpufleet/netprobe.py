@@ -27,7 +27,7 @@ import re
 import selectors
 import socket
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -224,8 +224,9 @@ class PortInUse(RefusedError):
         self.node, self.bind, self.port, self.holder, self.role = node, bind, port, holder, role
 
 
-def listen_failure_file(node: str, exc: PortInUse) -> ResultFile:
-    """The probe-listen result of a node whose listener could not start."""
+def listen_failure_file(node: str, busy: PortInUse | Sequence[PortInUse]) -> ResultFile:
+    """The probe-listen result of a node whose listener could not take every port."""
+    excs = [busy] if isinstance(busy, PortInUse) else list(busy)
     return ResultFile(
         kind="probe-listen",
         node=node,
@@ -241,6 +242,7 @@ def listen_failure_file(node: str, exc: PortInUse) -> ResultFile:
                 remedy=f"on {node}: ss -ltnp 'sport = :{exc.port}' shows the holder; stop it "
                 "or choose another port",
             )
+            for exc in excs
         ],
     )
 
@@ -252,10 +254,16 @@ def serve(
     duration: float,
     expect: int = 0,
     roles: Mapping[int, str] | None = None,
+    on_busy: Callable[[PortInUse], None] | None = None,
 ) -> int:
-    """Accept connections until ``duration`` or ``expect`` accepted; return the count."""
+    """Accept connections until ``duration`` or ``expect`` accepted; return the count.
+
+    A port another process holds raises PortInUse; with ``on_busy`` it is reported there
+    and the other ports are served all the same, so that the peers' probes of them pass and
+    the report names the one busy port, not every port of this node. PortInUse is still
+    raised when no port could be bound."""
     sel = selectors.DefaultSelector()
-    socks = []
+    socks: list[socket.socket] = []
     try:
         for port in ports:
             s = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET)
@@ -266,7 +274,11 @@ def serve(
                 s.close()
                 role = (roles or {}).get(port, "probe")
                 if exc.errno == errno.EADDRINUSE:
-                    raise PortInUse(name, bind, port, port_holder(port), role) from exc
+                    busy = PortInUse(name, bind, port, port_holder(port), role)
+                    if on_busy is None or (not socks and port == ports[-1]):
+                        raise busy from exc
+                    on_busy(busy)
+                    continue
                 raise RefusedError(
                     f"{name}: cannot listen on {bind}:{port} ({exc}): is {bind} an address "
                     "of this node? (gpufleet_cluster_address, ip -br addr)"

@@ -164,6 +164,51 @@ def test_serve_on_a_held_port_names_the_holder(
     assert str(proc.pid) in rec["value"]
 
 
+def test_a_held_rendezvous_port_leaves_the_mesh_port_served(
+    squatter: tuple[int, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
+    """The master's rendezvous port is held: its mesh port is still served, so the peers'
+    mesh probes pass and the report names only the held port (not "nothing listens")."""
+    held, proc = squatter
+    mesh = free_port()
+    out = tmp_path / "probe-listen.json"
+    rcs: list[int] = []
+    t = threading.Thread(
+        target=lambda: rcs.append(
+            main(
+                [
+                    "probe",
+                    "serve",
+                    "--name",
+                    "n1",
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    str(mesh),
+                    "--port",
+                    str(held),
+                    "--rendezvous-port",
+                    str(held),
+                    "--duration",
+                    "10",
+                    "--expect",
+                    "1",
+                    "--result-json",
+                    str(out),
+                ]
+            )
+        )
+    )
+    t.start()
+    time.sleep(0.3)
+    (r,) = netprobe.probe("n2", [netprobe.Target("n1", "127.0.0.1", mesh, "mesh")], 2, 3, 0.2)
+    t.join(timeout=15)
+    assert r.ok and r.peer == "n1"
+    assert rcs == [1], "the held port fails the listener"
+    (rec,) = json.loads(out.read_text())["records"]
+    assert rec["name"] == f"listen 127.0.0.1:{held} (rendezvous)" and str(proc.pid) in rec["value"]
+
+
 def test_a_squatter_that_accepts_is_not_taken_for_the_listener(
     squatter: tuple[int, subprocess.Popen[bytes]],
 ) -> None:

@@ -71,14 +71,26 @@ def run(args: argparse.Namespace) -> int:
         if args.pidfile:
             Path(args.pidfile).write_text(f"{os.getpid()}\n", encoding="utf-8")
         roles = {args.rendezvous_port: "rendezvous"} if args.rendezvous_port else {}
+        busy: list[netprobe.PortInUse] = []
+
+        def on_busy(exc: netprobe.PortInUse) -> None:
+            # recorded at once (the listener may be stopped before it ends), then the
+            # node's other ports are served so that only this one is reported
+            busy.append(exc)
+            print(f"ERROR: {exc}", flush=True)
+            if args.result_json:
+                netprobe.listen_failure_file(args.name, busy).write(args.result_json)
+
         try:
-            n = netprobe.serve(args.name, args.bind, args.port, args.duration, args.expect, roles)
+            n = netprobe.serve(
+                args.name, args.bind, args.port, args.duration, args.expect, roles, on_busy
+            )
         except netprobe.PortInUse as exc:
             if args.result_json:
-                netprobe.listen_failure_file(args.name, exc).write(args.result_json)
+                netprobe.listen_failure_file(args.name, [*busy, exc]).write(args.result_json)
             raise
         print(f"{args.name}: accepted {n} connection(s) on {args.bind}:{args.port}")
-        return 0
+        return 1 if busy else 0
     iface_problems: list[str] = []
     if args.env_file:
         env = netcfg.read_env_file(args.env_file)
