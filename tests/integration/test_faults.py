@@ -44,6 +44,7 @@ from testbed_lib import (
     summary,
     tbctl,
     verify,
+    wait_for,
     wait_no_leftovers,
     wait_sweeping,
 )
@@ -432,6 +433,112 @@ def test_rank_killed_mid_allreduce(cluster: list[config.Node]) -> None:
     assert s["bisect"] == []  # the culprit was known: no bisection reruns
     assert not left, left
     assert verdict_s <= TIMEOUT + MARGIN, verdict_s
+
+
+# --------------------------------------------------------------------------- the report names the cause
+
+
+def test_full_run_directory_names_the_node_and_the_error(cluster: list[config.Node]) -> None:
+    """node2's run directory sits on a full file system: verify drops node2 at once, and the
+    report quotes the failed task and its error (not only "see the ansible output")."""
+    node2 = by_name("node2")
+    runs = "/var/lib/gpufleet/runs"
+    r = node_sh(
+        node2,
+        f"set -e; mkdir -p {runs}; mount -t tmpfs -o size=64k,nr_inodes=64 tmpfs {runs}; "
+        f"dd if=/dev/zero of={runs}/fill bs=4k count=64 2>/dev/null || true; "
+        f"while mkdir {runs}/x$RANDOM 2>/dev/null; do :; done",
+    )
+    assert r.returncode == 0, r.stderr
+    rid = run_id("full-run-dir")
+    try:
+        ver = verify(rid, *CLUSTER_ONLY, log=OUT / "full-run-dir-verify.log", timeout=600)
+    finally:
+        node_sh(node2, f"umount {runs}")
+    assert ver.rc != 0, ver.tail()
+    s = summary(rid)
+    why = s["run"]["dropped"].get("node2", "")
+    # the first write under the run directory is node2's verify lock there
+    assert "No space left on device" in why and "/var/lib/gpufleet/runs" in why, why
+    assert "free some space on the node" in why, why
+    assert fails(s, "node2", "No space left on device"), s["failures"]
+    assert set(s["run"]["dropped"]) == {"node2"}, s["run"]["dropped"]
+    record("full_run_directory", verify_s=round(ver.seconds, 1), dropped=why[-300:])
+
+
+def test_rendezvous_port_held_by_another_process_is_named(cluster: list[config.Node]) -> None:
+    """Another program listens on node1's rendezvous port: the pre-check names its PID and
+    command ("already in use by"), not "nothing listens there"; nothing is launched."""
+    node1 = by_name("node1")
+    r = node_sh(
+        node1,
+        "setsid nohup python3 -m http.server 29500 --bind 10.213.0.11 >/dev/null 2>&1 & echo $!",
+    )
+    squatter = int(r.stdout.split()[-1])
+    try:
+        wait_for(lambda: "29500" in node_sh(node1, "ss -ltn").stdout, 15, "the squatter listens")
+        rid = run_id("port-squatter")
+        ver = verify(rid, *CLUSTER_ONLY, log=OUT / "port-squatter-verify.log", timeout=600)
+    finally:
+        node_sh(node1, f"kill {squatter}")
+    assert ver.rc != 0, ver.tail()
+    s = summary(rid)
+    assert fails(s, "node1", f"already in use by PID {squatter} (python3 -m http.server"), [
+        f["message"][-300:] for f in s["failures"]
+    ]
+    assert not any("nothing listens" in f["message"] for f in s["failures"]), s["failures"]
+    assert "Cluster all-reduce not launched" in ver.out
+    record("port_squatter", verify_s=round(ver.seconds, 1))
+
+
+def test_bad_interface_in_nccl_env_is_named_before_launch(cluster: list[config.Node]) -> None:
+    """node2's nccl.env names an interface node2 lacks: the pre-check names node2 and the
+    interface, and nothing is launched (no wait for a rendezvous timeout)."""
+    node2 = by_name("node2")
+    env = "/etc/gpufleet/nccl.env"
+    node_sh(node2, f"cp {env} /root/nccl.env.good && "
+                   f"sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=bogus0/' {env}")  # fmt: skip
+    rid = run_id("bad-iface")
+    try:
+        ver = verify(rid, *CLUSTER_ONLY, log=OUT / "bad-iface-verify.log", timeout=600)
+    finally:
+        node_sh(node2, f"cp /root/nccl.env.good {env}")
+    assert ver.rc != 0, ver.tail()
+    s = summary(rid)
+    assert fails(s, "node2", "GLOO_SOCKET_IFNAME='bogus0'"), s["failures"]
+    assert not fails(s, "node1", "bogus0") and not fails(s, "node3", "bogus0")
+    assert "Cluster all-reduce not launched" in ver.out
+    assert ver.seconds < TIMEOUT * 4, ver.seconds  # no rendezvous timeout, no bisection
+    record("bad_interface", verify_s=round(ver.seconds, 1))
+
+
+def test_two_verifies_at_once_never_share_files(cluster: list[config.Node]) -> None:
+    """Two verify runs on the same nodes at the same time: `make verify` and a second
+    controller (ansible-playbook straight, as another checkout would): the node locks make
+    the second wait for the first; each passes on its own files only."""
+    a_id, b_id = run_id("concurrent-a"), run_id("concurrent-b")
+    no_train = "-e verify_run_train=false"
+    ta, box_a = in_background(verify, a_id, *CLUSTER_ONLY, no_train, log=OUT / "concurrent-a.log")
+    time.sleep(2)
+    b = playbook(
+        "verify.yml", "-e", json.dumps({"verify_run_id": b_id, "verify_run_checks": False,
+                                        "verify_run_smoke": False, "verify_run_train": False}),
+        log=OUT / "concurrent-b.log", timeout=900,
+    )  # fmt: skip
+    ta.join(timeout=900)
+    assert box_a, "the first verify did not end"
+    a = box_a[0]
+    assert a.rc == 0, a.tail()
+    assert b.rc == 0, b.tail()
+    sa, sb = summary(a_id), summary(b_id)
+    assert sa["status"] == "pass" and sb["status"] == "pass"
+    waited = [ln for ln in b.out.splitlines() if "RETRYING" in ln and "Take the verify lock" in ln]
+    assert waited, "the second run did not wait for the first one's node locks"
+    for rid in (a_id, b_id):
+        for n in ("node1", "node2", "node3"):
+            rf = json.loads((REPO / "reports" / rid / n / "allreduce.json").read_text())
+            assert rf["run_id"] == rid, (rid, n, rf["run_id"])
+    record("two_verifies", a_s=round(a.seconds, 1), b_s=round(b.seconds, 1))
 
 
 # --------------------------------------------------------------------------- mirror faults
