@@ -152,6 +152,7 @@ def check_make_run(n: int) -> None:
     out = bad.stdout + bad.stderr
     assert bad.returncode != 0
     assert f"node{n}: rank {2 * n - 1} (local rank 1) exited with 1" in out, out[-6000:]
+    assert "RuntimeError: rank" in " ".join(out.split()), out[-6000:]  # its own error line
 
 
 @pytest.fixture(scope="module")

@@ -338,3 +338,27 @@ def test_a_slurm_run_reports_its_jobs_and_the_nodes_slurm_withheld(tmp_path: Pat
 def test_an_ssh_run_says_so_and_has_no_jobs(run_dir: Path) -> None:
     data = report.to_json(report.collect(run_dir))
     assert data["launcher"] == "ssh" and data["slurm_jobs"] == []
+
+
+def test_a_crashed_ranks_own_error_line_is_quoted(tmp_path: Path) -> None:
+    """A rank that crashed leaves no result; the record quotes its traceback's last line
+    (the launch log holds every rank's stderr through torchrun --tee), not only the tail."""
+    d = tmp_path / "r3"
+    (d / "n2").mkdir(parents=True)
+    (d / "n2" / "allreduce.log").write_text(
+        "supervise: environment from /etc/gpufleet/nccl.env: ['GLOO_SOCKET_IFNAME']\n"
+        "[rank3]: Traceback (most recent call last):\n"
+        '[rank3]:   File "allreduce.py", line 9, in <module>\n'
+        "[rank3]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        + "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        * 40
+    )
+    (d / "run.json").write_text(
+        json.dumps({"run_id": "r3", "nodes": ["n2"], "expect": {"allreduce": ["n2"]}})
+    )
+    (rec,) = [r for r in report.collect(d).nodes["n2"].records if r.name == "allreduce:result"]
+    assert rec.status == "fail"
+    assert (
+        "first error (allreduce.log line 4): RuntimeError: CUDA error: an illegal memory access"
+        in rec.message
+    )

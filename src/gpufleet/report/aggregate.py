@@ -12,7 +12,7 @@ from typing import Any
 from gpufleet import training
 from gpufleet.bench import busbw_factor
 from gpufleet.errors import GpufleetError, RefusedError
-from gpufleet.logscan import first_error_note
+from gpufleet.logscan import first_error_in, first_error_note
 from gpufleet.report.localise import analyse_bisection
 from gpufleet.report.logs import junit_records, log_tail, read_text, remedy_for, root_cause
 from gpufleet.report.model import NodeResult, Summary
@@ -92,12 +92,18 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
         for kind, expected_nodes in info.get("expect", {}).items():
             if dropped is None and name in expected_nodes and kind not in seen:
                 tail = log_tail(d / f"{kind}.log")
+                err = first_error_in(d / f"{kind}.log")  # a rank's own error line, if any
                 nr.records.append(
                     Record(
                         name=f"{kind}:result",
                         status="fail",
                         node=name,
                         message=f"no {kind}.json from {name}"
+                        + (
+                            f"; first error ({kind}.log line {err.line}): {err.text[:300]}"
+                            if err
+                            else ""
+                        )
                         + (
                             f"; last lines of {kind}.log:\n{tail}"
                             if tail
