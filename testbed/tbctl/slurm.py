@@ -33,7 +33,8 @@ CONF_PATH = "/etc/slurm/slurm.conf"
 #: it cannot tell that the PID is in the service's cgroup inside a node.
 MUNGE_DROPIN = (
     "/etc/systemd/system/munge.service.d/gftb-foreground.conf",
-    "[Service]\nType=simple\nPIDFile=\nExecStart=\nExecStart=/usr/sbin/munged --foreground $OPTIONS\n",
+    "[Service]\nType=simple\nPIDFile=\nExecStart=\n"
+    "ExecStart=/usr/sbin/munged --foreground $OPTIONS\n",
 )
 
 

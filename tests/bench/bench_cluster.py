@@ -61,7 +61,11 @@ NODE_DIR = "/var/lib/gpufleet/bench"
 # verify's CPU defaults (roles/verify/defaults/main.yml): the bare run does the same work
 SIZES, WARMUP, ITERS, NPROC, RDZV_PORT = "4K,64K,1M,8M", 5, 20, 2, 29500
 # the same work as the bare run: the all-reduce alone (no training step)
-CLUSTER_ONLY = ("-e verify_run_checks=false", "-e verify_run_smoke=false", "-e verify_run_train=false")
+CLUSTER_ONLY = (
+    "-e verify_run_checks=false",
+    "-e verify_run_smoke=false",
+    "-e verify_run_train=false",
+)
 TARGETS = {
     "verify_overhead": ("<=", 2.0),
     "fidelity_largest": (">=", 0.95),
