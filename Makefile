@@ -55,18 +55,18 @@ test: setup ## the fast default run (under 3 min): unit, contract and fast role 
 	$(BIN)/python -m pytest tests -m "not testbed and not slow" -n "$$GF_PYTEST_WORKERS" --dist loadgroup
 
 test-slow: setup ## the tests make test leaves out: marked slow (torchrun, role runs), not testbed
-	$(BIN)/python -m pytest tests -m "slow and not testbed"
+	$(BIN)/python -m pytest tests -m "slow and not testbed" -n "$$GF_PYTEST_WORKERS" --dist loadgroup --durations=25
 
 test-all: setup ## every test that needs no testbed (make test plus make test-slow, one run)
 	$(BIN)/python -m pytest tests -m "not testbed"
 
 .PHONY: e2e
 e2e: setup testbed-deps ## as root: testbed integration tests and the end-to-end demo (make demo, rerun changed=0, down)
-	$(BIN)/python -m pytest tests -m "testbed and not faults"
+	$(BIN)/python -m pytest tests -m "testbed and not faults" --durations=0
 
 .PHONY: faults
 faults: setup testbed-deps ## as root: fault injection on a fresh 3-node testbed (docs/reliability.md); reports/faults/
-	$(BIN)/python -m pytest tests -m faults
+	$(BIN)/python -m pytest tests -m faults --durations=0
 
 .PHONY: soak
 RUNS ?= 30
