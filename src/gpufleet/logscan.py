@@ -133,11 +133,29 @@ def bounded(data: bytes, limit: int = MAX_LOG_BYTES) -> bytes:
     return data[:half] + f"\n[... {cut} bytes cut by gpufleet ...]\n".encode() + data[-half:]
 
 
+def rank_stderr_error(log: Path, local_rank: int | None = None) -> tuple[Path, ErrorLine] | None:
+    """The first error line of a rank's own stderr, as :func:`collect_rank_logs` copied it
+    next to the launch log ``log`` (``<stem>-rank<local rank>.stderr.log``): of
+    ``local_rank`` when given, else of the lowest local rank that has one.
+
+    The launch log gets each rank's output through torchrun's ``--tee``, which polls the rank
+    files and may stop before the last lines of a crashed rank reach it; the rank's own file
+    is complete."""
+    pattern = f"{log.stem}-rank{'*' if local_rank is None else local_rank}.stderr.log"
+    for path in sorted(log.parent.glob(pattern)):
+        err = first_error_in(path)
+        if err is not None:
+            return path, err
+    return None
+
+
 def first_error_note(cause: dict[str, object], log_name: str) -> str:
-    """``"; first error (LOG line N): TEXT"`` from a root-cause dict, or ``""``."""
+    """``"; first error (LOG line N): TEXT"`` from a root-cause dict, or ``""``; LOG is the
+    dict's ``file`` when it names one (a rank's own stderr), else ``log_name``."""
     err = cause.get("first_error")
     if not isinstance(err, dict):
         return ""
+    log_name = str(err.get("file") or log_name)
     return f"; first error ({log_name} line {err['line']}): {str(err['text'])[:300]}"
 
 

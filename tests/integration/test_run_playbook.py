@@ -58,7 +58,7 @@ def test_failed_rank_is_named_with_its_node(repo_root: Path, tmp_path: Path) -> 
     assert rc != 0
     assert "make run failed (plain_ddp.py, run r1)" in out
     said = " ".join(out.split())
-    # the node, the rank, and the rank's own error line (from its stderr, via the launch log)
+    # the node, the rank, and the rank's own error line (from its stderr copy run-rank1.stderr.log)
     assert "n2: rank 3 (local rank 1) exited with 1" in said, out[-4000:]
     assert "RuntimeError: rank 3 on" in said and "failing on purpose" in said, out[-4000:]
     assert "failing on purpose" in (run / "n2" / "run-rank3.log").read_text()

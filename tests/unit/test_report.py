@@ -13,6 +13,7 @@ from gpufleet import bench, report
 from gpufleet.cli import main
 from gpufleet.commands import report as cmd
 from gpufleet.errors import RefusedError
+from gpufleet.logscan import first_error_note
 from gpufleet.results import Record, ResultFile, Status
 
 JUNIT = """<?xml version="1.0"?><testsuites><testsuite name="pytest">
@@ -361,4 +362,87 @@ def test_a_crashed_ranks_own_error_line_is_quoted(tmp_path: Path) -> None:
     assert (
         "first error (allreduce.log line 4): RuntimeError: CUDA error: an illegal memory access"
         in rec.message
+    )
+
+
+PEER_GONE_NO_TEE = """\
+torchrun: the launch log of a rank whose last lines the --tee thread never copied
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-02_18:53:31
+  host      : n2
+  rank      : 3 (local_rank: 1)
+  exitcode  : 1 (pid: 4242)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+"""
+
+RANK1_STDERR = """\
+Traceback (most recent call last):
+  File "/var/lib/gpufleet/runs/r1/plain_ddp.py", line 35, in main
+    raise RuntimeError(f"rank {rank} on {socket.gethostname()}: failing on purpose")
+RuntimeError: rank 3 on n2: failing on purpose
+"""
+
+
+def test_the_failing_ranks_own_stderr_names_the_cause_when_the_tee_missed_it(
+    tmp_path: Path,
+) -> None:
+    """torchrun --tee may stop before a crashed rank's traceback reaches the launch log
+    (seen under load in CI); the rank's own stderr copy beside it is complete, and its
+    line is the one quoted, with the file it came from."""
+    (tmp_path / "run.log").write_text(PEER_GONE_NO_TEE)
+    assert "first_error" not in report.root_cause(PEER_GONE_NO_TEE)
+    (tmp_path / "run-rank0.stderr.log").write_text("RuntimeError: rank 2: not the cause\n")
+    (tmp_path / "run-rank1.stderr.log").write_text(RANK1_STDERR)
+    cause = report.launch_root_cause(tmp_path / "run.log")
+    assert cause["rank"] == 3 and cause["local_rank"] == 1
+    assert cause["first_error"] == {
+        "kind": "traceback",
+        "line": 4,
+        "text": "RuntimeError: rank 3 on n2: failing on purpose",
+        "file": "run-rank1.stderr.log",
+    }
+    note = first_error_note(cause, "run.log")
+    assert note == (
+        "; first error (run-rank1.stderr.log line 4): RuntimeError: rank 3 on n2: failing on purpose"
+    )
+
+
+def test_without_a_stderr_copy_the_launch_logs_own_line_is_kept(tmp_path: Path) -> None:
+    log = tmp_path / "allreduce.log"
+    log.write_text(
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "w.py", line 3, in <module>\n'
+        "[rank1]: ValueError: bad size\n" + PEER_GONE_NO_TEE
+    )
+    cause = report.launch_root_cause(log)
+    assert cause["first_error"]["file"] == "allreduce.log"
+    assert cause["first_error"]["text"] == "ValueError: bad size"
+    assert report.launch_root_cause(tmp_path / "missing.log") == {}
+
+
+def test_root_cause_cli_reads_the_ranks_stderr_copy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "run.log").write_text(PEER_GONE_NO_TEE)
+    (tmp_path / "run-rank1.stderr.log").write_text(RANK1_STDERR)
+    assert main(["report", "root-cause", str(tmp_path / "run.log")]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["first_error"]["text"].startswith("RuntimeError: rank 3 on n2")
+
+
+def test_a_missing_result_quotes_a_ranks_stderr_when_the_launch_log_has_no_error(
+    tmp_path: Path,
+) -> None:
+    d = tmp_path / "r4"
+    (d / "n2").mkdir(parents=True)
+    (d / "n2" / "allreduce.log").write_text(PEER_GONE_NO_TEE)
+    (d / "n2" / "allreduce-rank1.stderr.log").write_text(RANK1_STDERR)
+    (d / "run.json").write_text(
+        json.dumps({"run_id": "r4", "nodes": ["n2"], "expect": {"allreduce": ["n2"]}})
+    )
+    (rec,) = [r for r in report.collect(d).nodes["n2"].records if r.name == "allreduce:result"]
+    assert "first error (allreduce-rank1.stderr.log line 4): RuntimeError: rank 3 on n2" in (
+        rec.message
     )

@@ -34,7 +34,11 @@ def register(sub: Any) -> None:
     s.add_argument("--latest", action="store_true", help="point reports/latest at RUN_DIR")
     s.add_argument("--quiet", action="store_true", help="no table on stdout")
     s.set_defaults(func=run_summary)
-    r = rsub.add_parser("root-cause", help="torchrun's root cause of a launch log, as JSON")
+    r = rsub.add_parser(
+        "root-cause",
+        help="torchrun's root cause of a launch log, as JSON (the failing rank's "
+        "error line from its stderr copy <log stem>-rank<N>.stderr.log beside it)",
+    )
     r.add_argument("log", metavar="LOG", help="launcher output, e.g. <run dir>/allreduce.log")
     r.set_defaults(func=run_root_cause)
 
@@ -55,11 +59,12 @@ def run_root_cause(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from gpufleet.errors import GpufleetError
-    from gpufleet.report import root_cause
+    from gpufleet.report.logs import launch_root_cause
 
+    log = Path(args.log)
     try:
-        text = Path(args.log).read_text(encoding="utf-8", errors="replace")
+        log.read_bytes()
     except OSError as exc:
         raise GpufleetError(f"cannot read {args.log}: {exc.strerror or exc}") from None
-    print(json.dumps(root_cause(text)))
+    print(json.dumps(launch_root_cause(log)))
     return 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from gpufleet.report.aggregate import collect, to_json
 from gpufleet.report.localise import next_groups
-from gpufleet.report.logs import junit_records, root_cause
+from gpufleet.report.logs import junit_records, launch_root_cause, root_cause
 from gpufleet.report.model import NodeResult, Summary
 from gpufleet.report.render import (
     SUMMARY_FILES,
@@ -43,6 +43,7 @@ __all__ = [
     "Summary",
     "collect",
     "junit_records",
+    "launch_root_cause",
     "next_groups",
     "plot_bandwidth",
     "render_markdown",

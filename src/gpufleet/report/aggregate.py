@@ -12,9 +12,14 @@ from typing import Any
 from gpufleet import training
 from gpufleet.bench import busbw_factor
 from gpufleet.errors import GpufleetError, RefusedError
-from gpufleet.logscan import first_error_in, first_error_note
+from gpufleet.logscan import first_error_in, first_error_note, rank_stderr_error
 from gpufleet.report.localise import analyse_bisection
-from gpufleet.report.logs import junit_records, log_tail, read_text, remedy_for, root_cause
+from gpufleet.report.logs import (
+    junit_records,
+    launch_root_cause,
+    log_tail,
+    remedy_for,
+)
 from gpufleet.report.model import NodeResult, Summary
 from gpufleet.results import SCHEMA, Record, load_result_file
 
@@ -92,7 +97,11 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
         for kind, expected_nodes in info.get("expect", {}).items():
             if dropped is None and name in expected_nodes and kind not in seen:
                 tail = log_tail(d / f"{kind}.log")
-                err = first_error_in(d / f"{kind}.log")  # a rank's own error line, if any
+                # a rank's own error line, if any: the launch log, else the ranks' stderr
+                found = first_error_in(d / f"{kind}.log")
+                own = None if found else rank_stderr_error(d / f"{kind}.log")
+                err_at = f"{kind}.log" if found else (own[0].name if own else "")
+                err = found or (own[1] if own else None)
                 nr.records.append(
                     Record(
                         name=f"{kind}:result",
@@ -100,7 +109,7 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
                         node=name,
                         message=f"no {kind}.json from {name}"
                         + (
-                            f"; first error ({kind}.log line {err.line}): {err.text[:300]}"
+                            f"; first error ({err_at} line {err.line}): {err.text[:300]}"
                             if err
                             else ""
                         )
@@ -130,7 +139,7 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
                     ),
                 )
             )
-        cause = root_cause(read_text(d / "allreduce.log"))
+        cause = launch_root_cause(d / "allreduce.log")
         if cause.get("signal"):
             nr.records.append(
                 Record(

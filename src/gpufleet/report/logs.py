@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from gpufleet.logscan import first_error
+from gpufleet.logscan import first_error, rank_stderr_error
 from gpufleet.results import Record
 
 
@@ -18,6 +18,21 @@ def read_text(path: Path) -> str:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return ""
+
+
+def launch_root_cause(log: Path) -> dict[str, Any]:
+    """:func:`root_cause` of a launch log, with the failing rank's error line taken from
+    its own stderr copy beside the log when there is one (``first_error.file`` names the
+    file the line is from)."""
+    cause = root_cause(read_text(log))
+    if not cause:
+        return cause
+    own = rank_stderr_error(log, int(cause["local_rank"]))
+    if own is not None:
+        cause["first_error"] = {**own[1].as_dict(), "file": own[0].name}
+    elif "first_error" in cause:
+        cause["first_error"]["file"] = log.name
+    return cause
 
 
 def log_tail(path: Path, lines: int = 12) -> str:
