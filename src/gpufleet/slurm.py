@@ -205,6 +205,10 @@ def task_script(
     bad = [n for n in addresses if not _NAME.fullmatch(n)]
     if bad or not addresses:
         raise RefusedError(f"slurm node names {bad or '[]'} are refused -> allowed: Slurm names")
+    for what, value in (("node", node), ("step", step)):
+        # both are written into the script's text (a comment, an echo): names only
+        if not _NAME.fullmatch(value):
+            raise RefusedError(f"slurm task {what} {value!r} is refused -> allowed: {NAME_ALLOWED}")
     cases = "".join(
         f"  {name}) master={shlex.quote(addr)} ;;\n" for name, addr in sorted(addresses.items())
     )

@@ -230,6 +230,28 @@ def test_the_task_script_places_the_rendezvous_on_the_first_host(tmp_path: Path)
     assert rc_file.read_text().strip() == "97"
 
 
+@pytest.mark.parametrize(
+    ("node", "step"),
+    [
+        ("node1\necho pwned", "allreduce"),
+        ("node1", 'allreduce"; touch /tmp/x; "'),
+        ("node1", "$(id)"),
+        ("", "allreduce"),
+    ],
+)
+def test_the_task_script_takes_only_names_for_node_and_step(node: str, step: str) -> None:
+    """node and step are written into the script's text: anything but a name is refused."""
+    with pytest.raises(RefusedError, match="refused -> allowed: a Slurm name"):
+        slurm.task_script(
+            node=node,
+            step=step,
+            head=["/bin/true"],
+            tail=[],
+            addresses={"node1": "10.0.0.1"},
+            rc_file="/r/x.rc",
+        )
+
+
 def test_node_info_orders_like_an_allocation_and_names_unknown_nodes() -> None:
     def runner(argv: Sequence[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         a = list(argv)
