@@ -145,6 +145,8 @@ def gpg_test_key(home: Path) -> tuple[Path, str]:
     key = home / "test.asc"
     key.write_text(gpg("--armor", "--export"), encoding="utf-8")
     colons = gpg("--with-colons", "--fingerprint")
+    # the key generation started a gpg-agent for this home: end it, nothing else uses it
+    subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False, capture_output=True)
     return key, next(x.split(":")[9] for x in colons.splitlines() if x.startswith("fpr"))
 
 
