@@ -167,3 +167,26 @@ def test_os_variables_load_one_way() -> None:
             "{{ ansible_facts['os_family'] }}-{{ ansible_facts['distribution_major_version'] }}.yml"
             in text
         ), role
+
+
+def _pins(lines: list[str]) -> dict[str, str]:
+    """{normalised name: version} of the ``name==version`` lines."""
+    out: dict[str, str] = {}
+    for line in lines:
+        spec = line.split("#", 1)[0].strip()
+        if "==" in spec:
+            name, version = spec.split("==", 1)
+            out[re.sub(r"[-_.]+", "-", name.strip()).lower()] = version.strip()
+    return out
+
+
+def test_node_env_pins_follow_the_constraints() -> None:
+    """The testbed's offline wheelhouse is downloaded with requirements/constraints.txt, and a
+    node env installs torch_env_packages from it: a package pinned to another version there
+    cannot be installed on an offline node. One version per package, so they must agree."""
+    defaults = yaml.safe_load((REPO / "roles" / "torch_env" / "defaults" / "main.yml").read_text())
+    node = _pins(defaults["torch_env_packages"])
+    constraints = _pins((REPO / "requirements" / "constraints.txt").read_text().splitlines())
+    assert node, "torch_env_packages pins nothing"
+    differ = {n: (v, constraints.get(n)) for n, v in node.items() if constraints.get(n) != v}
+    assert not differ, f"torch_env_packages vs requirements/constraints.txt: {differ}"

@@ -25,7 +25,7 @@ LOCAL_INDEX = os.environ.get("GPUFLEET_TEST_INDEX", "file:///opt/pypi/simple")
 BASE_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
 PACKAGES = [
     "nvidia-ml-py==13.615.71",
-    "pytest==9.2.0",
+    "pytest==9.1.1",
     "pytest-timeout==2.4.0",
     "jinja2==3.1.6",
     "numpy==2.4.6",
