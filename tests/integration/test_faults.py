@@ -447,7 +447,9 @@ def test_full_run_directory_names_the_node_and_the_error(cluster: list[config.No
         node2,
         f"set -e; mkdir -p {runs}; mount -t tmpfs -o size=64k,nr_inodes=64 tmpfs {runs}; "
         f"dd if=/dev/zero of={runs}/fill bs=4k count=64 2>/dev/null || true; "
-        f"while mkdir {runs}/x$RANDOM 2>/dev/null; do :; done",
+        # every inode (a counter: $RANDOM repeats, and a clash would stop the loop early)
+        f"i=0; while mkdir {runs}/x$i 2>/dev/null; do i=$((i+1)); done; "
+        f'test "$(df -Pi {runs} | awk \'NR==2 {{print $4}}\')" = 0',
     )
     assert r.returncode == 0, r.stderr
     rid = run_id("full-run-dir")
