@@ -190,3 +190,39 @@ def test_node_env_pins_follow_the_constraints() -> None:
     assert node, "torch_env_packages pins nothing"
     differ = {n: (v, constraints.get(n)) for n, v in node.items() if constraints.get(n) != v}
     assert not differ, f"torch_env_packages vs requirements/constraints.txt: {differ}"
+
+
+def _free_form_scripts() -> list[tuple[str, str]]:
+    """(where, text) of every free-form shell/command task under roles/*/tasks."""
+    found: list[tuple[str, str]] = []
+
+    def walk(tasks: object, where: str) -> None:
+        for task in tasks if isinstance(tasks, list) else []:
+            if not isinstance(task, dict):
+                continue
+            for key in ("ansible.builtin.shell", "ansible.builtin.command"):
+                if isinstance(task.get(key), str):
+                    found.append((f"{where}: {task.get('name', '?')}", task[key]))
+            for nested in ("block", "rescue", "always"):
+                walk(task.get(nested), where)
+
+    for path in sorted((REPO / "roles").glob("*/tasks/*.yml")):
+        walk(yaml.safe_load(path.read_text()), str(path.relative_to(REPO)))
+    return found
+
+
+def test_every_free_form_script_survives_ansibles_argument_splitter() -> None:
+    """ansible splits a free-form shell/command text like module arguments: an odd quote,
+    even in a shell comment ("dash's"), is "unbalanced quotes" and stops the play when the
+    task file loads (make faults caught one). Split each as ansible does."""
+    from ansible.parsing.splitter import split_args
+
+    scripts = _free_form_scripts()
+    assert scripts, "no free-form shell/command tasks found"
+    broken = []
+    for where, text in scripts:
+        try:
+            split_args(text)
+        except Exception as exc:  # any refusal is the finding
+            broken.append(f"{where}: {exc}")
+    assert not broken, "\n".join(broken)
