@@ -449,7 +449,7 @@ def test_full_run_directory_names_the_node_and_the_error(cluster: list[config.No
         f"dd if=/dev/zero of={runs}/fill bs=4k count=64 2>/dev/null || true; "
         # every inode (a counter: $RANDOM repeats, and a clash would stop the loop early)
         f"i=0; while mkdir {runs}/x$i 2>/dev/null; do i=$((i+1)); done; "
-        f'test "$(df -Pi {runs} | awk \'NR==2 {{print $4}}\')" = 0',
+        f"test \"$(df -Pi {runs} | awk 'NR==2 {{print $4}}')\" = 0",
     )
     assert r.returncode == 0, r.stderr
     rid = run_id("full-run-dir")
