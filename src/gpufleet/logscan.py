@@ -133,19 +133,21 @@ def bounded(data: bytes, limit: int = MAX_LOG_BYTES) -> bytes:
     return data[:half] + f"\n[... {cut} bytes cut by gpufleet ...]\n".encode() + data[-half:]
 
 
-def rank_stderr_error(log: Path, local_rank: int | None = None) -> tuple[Path, ErrorLine] | None:
-    """The first error line of a rank's own stderr, as :func:`collect_rank_logs` copied it
-    next to the launch log ``log`` (``<stem>-rank<local rank>.stderr.log``): of
-    ``local_rank`` when given, else of the lowest local rank that has one.
+def launch_first_error(log: Path, local_rank: int | None = None) -> tuple[str, ErrorLine] | None:
+    """The first error line of a launch: (file name, line). Sources are the launch log ``log``
+    and each rank's own stderr copy beside it (``<stem>-rank<local rank>.stderr.log``, as
+    :func:`collect_rank_logs` writes them).
 
-    The launch log gets each rank's output through torchrun's ``--tee``, which polls the rank
-    files and may stop before the last lines of a crashed rank reach it; the rank's own file
-    is complete."""
+    With ``local_rank`` (torchrun named the failing rank) that rank's copy comes first: the
+    launch log gets rank output through torchrun's ``--tee``, which may stop before a crashed
+    rank's last lines reach it, while the rank's own file is complete. Without it the launch
+    log comes first (it interleaves the ranks in time), then the copies by local rank."""
     pattern = f"{log.stem}-rank{'*' if local_rank is None else local_rank}.stderr.log"
-    for path in sorted(log.parent.glob(pattern)):
+    copies = sorted(log.parent.glob(pattern))
+    for path in [*copies, log] if local_rank is not None else [log, *copies]:
         err = first_error_in(path)
         if err is not None:
-            return path, err
+            return path.name, err
     return None
 
 

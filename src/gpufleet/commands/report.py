@@ -63,8 +63,8 @@ def run_root_cause(args: argparse.Namespace) -> int:
 
     log = Path(args.log)
     try:
-        log.read_bytes()
+        text = log.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise GpufleetError(f"cannot read {args.log}: {exc.strerror or exc}") from None
-    print(json.dumps(launch_root_cause(log)))
+    print(json.dumps(launch_root_cause(log, text)))
     return 0

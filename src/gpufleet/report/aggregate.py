@@ -12,7 +12,7 @@ from typing import Any
 from gpufleet import training
 from gpufleet.bench import busbw_factor
 from gpufleet.errors import GpufleetError, RefusedError
-from gpufleet.logscan import first_error_in, first_error_note, rank_stderr_error
+from gpufleet.logscan import first_error_note, launch_first_error
 from gpufleet.report.localise import analyse_bisection
 from gpufleet.report.logs import (
     junit_records,
@@ -98,10 +98,7 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
             if dropped is None and name in expected_nodes and kind not in seen:
                 tail = log_tail(d / f"{kind}.log")
                 # a rank's own error line, if any: the launch log, else the ranks' stderr
-                found = first_error_in(d / f"{kind}.log")
-                own = None if found else rank_stderr_error(d / f"{kind}.log")
-                err_at = f"{kind}.log" if found else (own[0].name if own else "")
-                err = found or (own[1] if own else None)
+                found = launch_first_error(d / f"{kind}.log")
                 nr.records.append(
                     Record(
                         name=f"{kind}:result",
@@ -109,8 +106,9 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
                         node=name,
                         message=f"no {kind}.json from {name}"
                         + (
-                            f"; first error ({err_at} line {err.line}): {err.text[:300]}"
-                            if err
+                            f"; first error ({found[0]} line {found[1].line}): "
+                            f"{found[1].text[:300]}"
+                            if found
                             else ""
                         )
                         + (

@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from gpufleet.logscan import first_error, rank_stderr_error
+from gpufleet.logscan import first_error, launch_first_error
 from gpufleet.results import Record
 
 
@@ -20,18 +20,17 @@ def read_text(path: Path) -> str:
         return ""
 
 
-def launch_root_cause(log: Path) -> dict[str, Any]:
-    """:func:`root_cause` of a launch log, with the failing rank's error line taken from
-    its own stderr copy beside the log when there is one (``first_error.file`` names the
-    file the line is from)."""
-    cause = root_cause(read_text(log))
+def launch_root_cause(log: Path, text: str | None = None) -> dict[str, Any]:
+    """:func:`root_cause` of a launch log (``text``: its content, when already read), with
+    the failing rank's error line from :func:`gpufleet.logscan.launch_first_error`, which
+    prefers the rank's own stderr copy; ``first_error.file`` names where the line is from."""
+    cause = root_cause(read_text(log) if text is None else text)
     if not cause:
         return cause
-    own = rank_stderr_error(log, int(cause["local_rank"]))
-    if own is not None:
-        cause["first_error"] = {**own[1].as_dict(), "file": own[0].name}
-    elif "first_error" in cause:
-        cause["first_error"]["file"] = log.name
+    cause.pop("first_error", None)
+    found = launch_first_error(log, int(cause["local_rank"]))
+    if found is not None:
+        cause["first_error"] = {**found[1].as_dict(), "file": found[0]}
     return cause
 
 
