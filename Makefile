@@ -160,8 +160,9 @@ $(WHEEL_STAMP): $(SETUP_STAMP) $(WHEEL_SOURCES)
 	@touch $@
 
 .PHONY: provision
-provision: setup wheel ## provision the nodes of $(INVENTORY): driver, toolkit, env, network
-	$(BIN)/ansible-playbook playbooks/provision.yml -i "$$GF_INVENTORY"
+provision: setup wheel ## provision the nodes of $(INVENTORY): driver, toolkit, env, network (FULL=1: no converged fast path)
+	$(BIN)/ansible-playbook playbooks/provision.yml -i "$$GF_INVENTORY" \
+		$(if $(filter 1 true yes,$(FULL)),-e gpufleet_converge_fast=false)
 
 .PHONY: syntax-check
 syntax-check: setup ## ansible-playbook --syntax-check of site.yml and the playbooks

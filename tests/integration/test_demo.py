@@ -195,6 +195,49 @@ def test_demo_provisions_verifies_and_reruns_without_change(torn_down_after: Non
     assert sorted(rerun) == [f"node{i}" for i in range(1, n + 1)]
     for host, (_, changed, unreachable, failed) in rerun.items():
         assert (changed, unreachable, failed) == (0, 0, 0), f"{host}: {rerun[host]}"
+    assert "runs in full" not in again.stdout, "the converged rerun did not take the fast path"
+    check_fast_path_sees_drift(n)
+
+
+def _provision(*extra: str) -> tuple[str, dict[str, tuple[int, int, int, int]]]:
+    run, _ = make("provision", "INVENTORY=testbed/inventory", *extra)
+    assert run.returncode == 0, run.stdout[-8000:]
+    return run.stdout, recap(run.stdout)
+
+
+def check_fast_path_sees_drift(n: int) -> None:
+    """The converged fast path (docs/performance.md): drift on one node runs the roles it
+    touches in full there, and only there; FULL=1 runs every role in full, changing nothing."""
+    hosts = [f"node{i}" for i in range(1, n + 1)]
+    env_file, site = "/etc/gpufleet/nccl.env", "/opt/gpufleet/env/lib/python3.11/site-packages"
+    before = node_sh("node2", f"cat {env_file}").stdout
+    drift = node_sh(
+        "node2", f"echo NCCL_DEBUG=TRACE >> {env_file} && mkdir {site}/stray-1.0.dist-info"
+    )
+    assert drift.returncode == 0, drift.stderr
+    out, rec = _provision()
+    full = re.findall(r"(node\d): (\w+) runs in full: (.*)", out)
+    assert {(h, role) for h, role, _ in full} == {
+        ("node2", "cluster_network"),
+        ("node2", "torch_env"),
+        ("node2", "slurm_health"),  # it watches the env's packages too
+    }, full
+    reasons = {role: why for _, role, why in full}
+    assert "drifted" in reasons["cluster_network"] and env_file in reasons["cluster_network"], (
+        reasons
+    )
+    assert "site-packages" in reasons["torch_env"], reasons
+    assert node_sh("node2", f"cat {env_file}").stdout == before, (
+        "the full run did not restore nccl.env"
+    )
+    assert rec["node2"][1] >= 1 and all(rec[h][1] == 0 for h in hosts if h != "node2"), rec
+    node_sh("node2", f"rmdir {site}/stray-1.0.dist-info")  # pip does not remove a stranger's dir
+    _provision()  # torch_env records the env without the stray entry
+    out, rec = _provision()
+    assert "runs in full" not in out and all(rec[h][1:] == (0, 0, 0) for h in hosts), rec
+    out, rec = _provision("FULL=1")
+    assert len(re.findall(r"runs in full: fast path off", out)) == 7 * n, out[-4000:]
+    assert all(rec[h][1:] == (0, 0, 0) for h in hosts), rec
 
 
 # --------------------------------------------------------------------------- Slurm

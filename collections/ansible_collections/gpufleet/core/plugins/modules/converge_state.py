@@ -1,0 +1,171 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache-2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: converge_state
+short_description: Skip a role on a node that is as the role's last full run left it
+version_added: "0.2.0"
+description:
+  - The converged fast path of the gpufleet roles (docs/performance.md). With
+    O(state=check) it says whether the role can be skipped on this node; with
+    O(state=record), at the end of a full run, it writes the role's stamp.
+  - The skip needs both the same O(digest) (computed on the controller by this module's
+    action plugin from the role's variables, the plan, a few facts, the role's files, the
+    collection's plugins and the gpufleet package) and the same observation of the
+    O(watch) list on the node. A check that does not pass removes the stamp, so that only a
+    full run that ends writes a new one.
+  - The stamp is gpufleet's own bookkeeping (mode 0600 under O(stamp_dir)); removing it
+    never reports a change, writing it reports one only when its content changed.
+options:
+  role:
+    description: The role's name (letters, digits, underscores); the stamp is C(<role>.json).
+    type: str
+    required: true
+  state:
+    description: C(check) before the role, C(record) after a full run of it.
+    type: str
+    choices: [check, record]
+    required: true
+  digest:
+    description: The inputs digest. Set by the action plugin; not for playbooks.
+    type: str
+    required: true
+  watch:
+    description:
+      - What the role leaves on the node. C(files) (paths or globs; content, mode, owner).
+      - C(paths) (paths; type, mode, owner, a link's target).
+      - C(listings) (globs; for each matching directory the sorted names of its entries: a
+        venv's site-packages shows every package version as a dist-info entry).
+      - C(json_keys) (a list of C(path), C(keys): top-level keys of a JSON file).
+      - C(services) (systemd units; is-enabled and is-active).
+      - C(commands) (name -> argv; exit code and a digest of stdout).
+      - C(rpmdb) (bool, default true; the rpm database's identity, which any rpm
+        transaction changes).
+    type: dict
+    default: {}
+  exports:
+    description:
+      - With O(state=record), values the role set that later roles and plays read; a
+        passing check returns them.
+    type: dict
+    default: {}
+  enabled:
+    description: False makes every check fail (a full run; C(gpufleet_converge_fast=false)).
+    type: bool
+    default: true
+  stamp_dir:
+    description: Where the stamps live on the node.
+    type: path
+    default: /var/lib/gpufleet/converge
+author:
+  - gpufleet contributors
+"""
+
+EXAMPLES = r"""
+- name: Skip the role when the node is as its last full run left it
+  gpufleet.core.converge_state:
+    role: cluster_network
+    state: check
+    watch:
+      files: [/etc/gpufleet/nccl.env]
+      services: [firewalld.service]
+  register: __cluster_network_gate
+"""
+
+RETURN = r"""
+converged:
+  description: True when the role can be skipped (state=check).
+  type: bool
+  returned: always
+reason:
+  description: Why the role runs in full (empty when converged).
+  type: str
+  returned: always
+exports:
+  description: The values recorded with the stamp (a passing check); {} otherwise.
+  type: dict
+  returned: always
+digest:
+  description: The inputs digest this check or record used; pass it to state=record.
+  type: str
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpufleet.core.plugins.module_utils.converge import check, record
+
+
+def main():  # type: () -> None
+    module = AnsibleModule(
+        argument_spec=dict(
+            role=dict(type="str", required=True),
+            state=dict(type="str", required=True, choices=["check", "record"]),
+            digest=dict(type="str", required=True),
+            watch=dict(type="dict", default={}),
+            exports=dict(type="dict", default={}),
+            enabled=dict(type="bool", default=True),
+            stamp_dir=dict(type="path", default="/var/lib/gpufleet/converge"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+
+    def runner(argv):  # type: (list[str]) -> tuple[int, str, str]
+        # a command that is missing raises OSError (observed as such), not fail_json
+        rc, out, err = module.run_command(argv, handle_exceptions=False)
+        return int(rc), str(out), str(err)
+
+    try:
+        if p["state"] == "check":
+            if not p["enabled"]:
+                module.exit_json(
+                    changed=False,
+                    converged=False,
+                    reason="fast path off (gpufleet_converge_fast: false): full run",
+                    exports={},
+                    digest=p["digest"],
+                )
+            res = check(
+                p["stamp_dir"],
+                p["role"],
+                p["digest"],
+                p["watch"],
+                runner,
+                remove=not module.check_mode,
+            )
+            module.exit_json(
+                changed=False,
+                converged=res["converged"],
+                reason=res["reason"],
+                exports=res["exports"],
+                digest=p["digest"],
+            )
+        changed = record(
+            p["stamp_dir"],
+            p["role"],
+            p["digest"],
+            p["watch"],
+            p["exports"],
+            runner,
+            write=not module.check_mode,
+        )
+        module.exit_json(
+            changed=changed, converged=True, reason="", exports=p["exports"], digest=p["digest"]
+        )
+    except (ValueError, OSError) as exc:
+        module.fail_json(
+            msg="%s: converge_state %s failed: %s. What to do: fix the role's watch list or "
+            "the stamp directory %s, or run with -e gpufleet_converge_fast=false"
+            % (p["role"], p["state"], exc, p["stamp_dir"])
+        )
+
+
+if __name__ == "__main__":
+    main()
