@@ -5,9 +5,12 @@ variables, so a developer's shell cannot change what a test sees."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -53,6 +56,20 @@ def ansible_env(
     return env
 
 
+#: The role tests run roles on this machine (localhost) against scripted dnf/rpm fakes, whose
+#: changes the converged fast path cannot see: every role runs in full, and the stamps go to
+#: a directory of this test process, never to the machine's /var/lib/gpufleet. The fast
+#: path itself is tested by tests/unit/test_converge.py and on the testbed (test_demo.py).
+_STAMPS = tempfile.mkdtemp(prefix="gpufleet-test-stamps-")
+atexit.register(shutil.rmtree, _STAMPS, True)
+FULL_RUN_ARGS = (
+    "-e",
+    "gpufleet_converge_fast=false",
+    "-e",
+    f"gpufleet_converge_stamp_dir={_STAMPS}",
+)
+
+
 def run_playbook(
     playbook: Path,
     *args: str,
@@ -63,7 +80,7 @@ def run_playbook(
     """``ansible-playbook -i INVENTORY PLAYBOOK ARGS...`` from the repository root; never
     raises on a failed play (the tests assert on rc and output)."""
     return subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), *args],
+        [str(BIN / "ansible-playbook"), "-i", str(inventory), str(playbook), *FULL_RUN_ARGS, *args],
         cwd=REPO,
         env=dict(env),
         capture_output=True,

@@ -38,7 +38,7 @@ FACT_KEYS = (
 )
 #: Variables that steer the fast path itself, not what a role does: a FULL=1 run records the
 #: same stamps as a normal one.
-NOT_INPUTS = frozenset({"gpufleet_converge_fast"})
+NOT_INPUTS = frozenset({"gpufleet_converge_fast", "gpufleet_converge_stamp_dir"})
 #: Files of a tree that never change behaviour.
 _SKIP_DIRS = frozenset({"__pycache__", ".ruff_cache", ".mypy_cache", ".pytest_cache"})
 

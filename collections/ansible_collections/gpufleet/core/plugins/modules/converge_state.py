@@ -21,8 +21,10 @@ description:
     collection's plugins and the gpufleet package) and the same observation of the
     O(watch) list on the node. A check that does not pass removes the stamp, so that only a
     full run that ends writes a new one.
-  - The stamp is gpufleet's own bookkeeping (mode 0600 under O(stamp_dir)); removing it
-    never reports a change, writing it reports one only when its content changed.
+  - The stamp is gpufleet's own bookkeeping (mode 0600 under O(stamp_dir)), not a change to
+    the node's configuration: neither writing nor removing it reports C(changed) (the
+    C(written) return value says whether a record wrote one), so a rerun's recap counts
+    only real changes.
 options:
   role:
     description: The role's name (letters, digits, underscores); the stamp is C(<role>.json).
@@ -92,6 +94,10 @@ exports:
   description: The values recorded with the stamp (a passing check); {} otherwise.
   type: dict
   returned: always
+written:
+  description: With state=record, whether the stamp's content changed (written outside check mode).
+  type: bool
+  returned: when state=record
 digest:
   description: The inputs digest this check or record used; pass it to state=record.
   type: str
@@ -147,7 +153,7 @@ def main():  # type: () -> None
                 exports=res["exports"],
                 digest=p["digest"],
             )
-        changed = record(
+        written = record(
             p["stamp_dir"],
             p["role"],
             p["digest"],
@@ -157,7 +163,12 @@ def main():  # type: () -> None
             write=not module.check_mode,
         )
         module.exit_json(
-            changed=changed, converged=True, reason="", exports=p["exports"], digest=p["digest"]
+            changed=False,
+            written=written,
+            converged=True,
+            reason="",
+            exports=p["exports"],
+            digest=p["digest"],
         )
     except (ValueError, OSError) as exc:
         module.fail_json(
