@@ -79,6 +79,12 @@ BENCH_REPEATS ?= 2
 bench: setup testbed-deps ## as root: ratios on the 3-node testbed (verify overhead, fidelity, scale, detection); reports/bench/
 	$(BIN)/python tests/bench/bench_cluster.py --repeats "$$GF_BENCH_REPEATS"
 
+.PHONY: bench-scale
+SCALE_NODES ?= 3,6,12
+export GF_SCALE_NODES = $(value SCALE_NODES)
+bench-scale: setup testbed-deps ## as root: provisioning rerun, verify and bad-node localisation at SCALE_NODES=3,6,12 testbed nodes, extrapolated to 100/1000 (docs/scale.md); reports/bench-scale/
+	$(BIN)/python tests/bench/bench_scale.py --nodes "$$GF_SCALE_NODES" --repeats "$$GF_BENCH_REPEATS"
+
 .PHONY: lint
 PY_DIRS = $(wildcard src tests checks smoke_tests testbed collections)
 # mypy --strict (settings in pyproject.toml): first src/gpufleet, the collection's plugins
