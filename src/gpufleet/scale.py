@@ -309,9 +309,9 @@ class ScaleModel:
       on the controller (no forks, no CPUs to spread over), reading report_bytes(n) =
       n * (report_node_bytes + report_rank_bytes * n * ranks_per_node): every node's
       all-reduce result lists every rank, so the report grows as n squared;
-    - the SSH launcher's torchrun task blocks one fork per node until torchrun ends, so the
-      verify and localisation figures hold for the SSH launcher only when n <= forks
-      (Prediction.ssh_launch_fits); past that the cluster step cannot rendezvous;
+    - the SSH launcher starts torchrun as an async job (each start gives its fork back at
+      once), so every node starts within the first waves of starts, and waits with one cheap
+      shell loop per node; the step itself is therefore counted once, not per wave;
     - localisation(n) = verify(n) + timeout_s (the full run fails at the timeout) +
       rounds(n) * round(n), rounds(n) = ceil(log2 n), each round = timeout_s (the half with
       the bad node waits it out) + step_s + rendezvous of half the ranks + the round's
@@ -363,11 +363,6 @@ class Prediction:
     report_bytes: float  # result bytes fetched from all nodes
     waves: int  # per task, at forks
     batches: int  # provisioning batches at serial
-    # gpufleet_launcher ssh holds one fork per node for the whole torchrun (a blocking task,
-    # roles/verify/tasks/launch_ssh.yml): past ``forks`` nodes the rest start only after the
-    # first ones ended, so the static rendezvous cannot complete. False: the SSH launcher
-    # cannot run this cluster step at this forks setting (use more forks or Slurm).
-    ssh_launch_fits: bool = True
     # verify's parts: ansible, step, rendezvous, report
     verify_terms: dict[str, float] = field(default_factory=dict)
 
@@ -410,7 +405,6 @@ def predict(model: ScaleModel, n: int) -> Prediction:
         waves=waves(n, model.forks),
         batches=len(serial_batches(n, model.serial)),
         verify_terms=terms,
-        ssh_launch_fits=n <= model.forks,
     )
 
 
@@ -541,9 +535,6 @@ def _spread(p: ScalePoint, key: str, unit: str = "s") -> str:
     return f"{m:.1f} {unit} ({min(xs):.1f}–{max(xs):.1f})"
 
 
-NO_FIT = "NO: forks < nodes (Slurm, or forks >= nodes)"
-
-
 def render_markdown(
     points: Sequence[ScalePoint],
     fits: Mapping[str, Fit],
@@ -597,8 +588,8 @@ def render_markdown(
             "",
             "| scenario | nodes | provision rerun | verify cluster step (Ansible + step + "
             "rendezvous + report) | localisation (rounds / launches) | waves per task "
-            "| batches | report fetched | SSH launch fits in forks |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| batches | report fetched |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for label, pr in predictions:
             t = pr.verify_terms
@@ -609,8 +600,7 @@ def render_markdown(
                 f"| {label} | {pr.nodes} | {human_s(pr.provision_s)} "
                 f"| {human_s(pr.verify_s)} ({parts}) "
                 f"| {human_s(pr.bisect_s)} ({pr.bisect_rounds} / {pr.bisect_launches}) "
-                f"| {pr.waves} | {pr.batches} | {pr.report_bytes / 1e6:.1f} MB "
-                f"| {'yes' if pr.ssh_launch_fits else NO_FIT} |"
+                f"| {pr.waves} | {pr.batches} | {pr.report_bytes / 1e6:.1f} MB |"
             )
     return "\n".join(lines) + "\n"
 
