@@ -288,3 +288,37 @@ def test_missing_commands_are_observed_not_fatal() -> None:
     assert seen["services"]["x.service"].startswith("systemctl:")
     assert seen["commands"]["c"].startswith("cannot run nope")
     assert isinstance(seen["rpmdb"], dict)
+
+
+def test_bytecode_caches_in_a_listing_are_not_drift(node: dict[str, Any]) -> None:
+    """A verify run as root writes site-packages/__pycache__ (single-file modules)."""
+    _record(node)
+    (Path(node["site"]) / "__pycache__").mkdir()
+    assert _check(node)["converged"] is True
+
+
+def test_settle_moves_every_stamp_to_the_rpm_database_the_run_leaves(
+    node: dict[str, Any],
+) -> None:
+    """Later roles of the same run install packages: settled at the end of the run, that is
+    not drift; a transaction after the run still is."""
+    _record(node)
+    N.record(str(node["dir"]), "torch_env", "d9", {"rpmdb": True}, {}, _runner_for(node["outputs"]))
+    N.record(str(node["dir"]), "no_rpm", "d8", {"rpmdb": False}, {}, _runner_for(node["outputs"]))
+    db = Path(node["rpmdb"]) / "rpmdb.sqlite"
+    db.write_bytes(b"db + cuda + python3.11")  # what cuda_toolkit and torch_env installed
+    assert _check(node)["converged"] is False  # without settle: drift (stamp dropped)
+    _record(node)
+    db.write_bytes(b"db + cuda + python3.11 + firewalld")
+    runner = _runner_for(node["outputs"])
+    assert N.settle(str(node["dir"]), runner, write=False) == ["cluster_network", "torch_env"]
+    assert _check(node)["converged"] is False  # check mode wrote nothing
+    _record(node)
+    db.write_bytes(b"db + cuda + python3.11 + firewalld + more")
+    assert N.settle(str(node["dir"]), runner) == ["cluster_network", "torch_env"]
+    assert N.settle(str(node["dir"]), runner) == []  # settled already
+    assert _check(node)["converged"] is True
+    db.write_bytes(b"an admin's dnf update after the run")
+    res = _check(node)
+    assert res["converged"] is False and "rpmdb" in str(res["reason"])
+    assert N.settle(str(node["dir"] + "-none"), runner) == []

@@ -49,7 +49,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
                 "gpufleet.core.converge_state needs the gpufleet package on the controller; "
                 "run `make setup` and use .venv/bin/ansible-playbook"
             ) from exc
-        if not args.get("digest"):
+        if args.get("state") != "settle" and not args.get("digest"):
             # the role's exports (names with state=check, a dict with record) are its outputs
             exclude = [str(n) for n in (args.get("exports") or [])] + list(
                 args.get("exclude") or []

@@ -92,7 +92,9 @@ def observe_listing(pattern):
     out = {}
     for path in sorted(glob.glob(pattern)):
         try:
-            names = sorted(os.listdir(path))
+            # bytecode caches come and go with every import (a verify run as root writes
+            # site-packages/__pycache__ for the single-file modules): not package state
+            names = sorted(n for n in os.listdir(path) if n != "__pycache__")
         except OSError as exc:
             out[path] = "unreadable: %s" % exc
             continue
@@ -292,6 +294,40 @@ def record(stamp_dir, role, digest, watch, exports, runner, write=True):
         return True
     if not os.path.isdir(stamp_dir):
         os.makedirs(stamp_dir, 0o700)
+    _write_atomic(path, text)
+    return True
+
+
+def settle(stamp_dir, runner, write=True):
+    # type: (str, Runner, bool) -> List[str]
+    """At the end of a provisioning run that succeeded on this node: set the rpm database
+    identity of every stamp to the database as the run leaves it. A role records its stamp
+    when it ends, and later roles of the same run install packages too (CUDA, Python,
+    firewalld); those are gpufleet's own transactions, not drift. Any rpm transaction
+    after the run still moves the identity and runs the roles in full. Returns the roles
+    whose stamp changed."""
+    if not os.path.isdir(stamp_dir):
+        return []
+    now = observe_rpmdb(runner)
+    settled = []
+    for name in sorted(os.listdir(stamp_dir)):
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(stamp_dir, name)
+        stamp = read_stamp(path)
+        if stamp is None or not (stamp.get("observed") or {}).get("rpmdb"):
+            continue  # a broken stamp stays broken (no stamp); a role without rpmdb watch
+        if stamp["observed"]["rpmdb"] == now:
+            continue
+        stamp["observed"]["rpmdb"] = now
+        settled.append(name[: -len(".json")])
+        if write:
+            _write_atomic(path, json.dumps(stamp, sort_keys=True, indent=1) + "\n")
+    return settled
+
+
+def _write_atomic(path, text):
+    # type: (str, str) -> None
     tmp = "%s.tmp.%d" % (path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:
@@ -299,4 +335,3 @@ def record(stamp_dir, role, digest, watch, exports, runner, write=True):
         fh.flush()
         os.fsync(fh.fileno())
     os.rename(tmp, path)
-    return True

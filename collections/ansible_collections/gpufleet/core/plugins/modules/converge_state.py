@@ -21,24 +21,29 @@ description:
     collection's plugins and the gpufleet package) and the same observation of the
     O(watch) list on the node. A check that does not pass removes the stamp, so that only a
     full run that ends writes a new one.
+  - With O(state=settle), at the end of a provisioning run that succeeded on the node,
+    every stamp's rpm database identity is set to the database as the run leaves it (later
+    roles of the same run install packages too; those are not drift).
   - The stamp is gpufleet's own bookkeeping (mode 0600 under O(stamp_dir)), not a change to
     the node's configuration: neither writing nor removing it reports C(changed) (the
     C(written) return value says whether a record wrote one), so a rerun's recap counts
     only real changes.
 options:
   role:
-    description: The role's name (letters, digits, underscores); the stamp is C(<role>.json).
+    description:
+      - The role's name (letters, digits, underscores); the stamp is C(<role>.json).
+      - Required with O(state=check) and O(state=record).
     type: str
-    required: true
   state:
-    description: C(check) before the role, C(record) after a full run of it.
+    description:
+      - C(check) before the role, C(record) after a full run of it, C(settle) at the end of
+        the provisioning run.
     type: str
-    choices: [check, record]
+    choices: [check, record, settle]
     required: true
   digest:
     description: The inputs digest. Set by the action plugin; not for playbooks.
     type: str
-    required: true
   watch:
     description:
       - What the role leaves on the node. C(files) (paths or globs; content, mode, owner).
@@ -94,6 +99,11 @@ exports:
   description: The values recorded with the stamp (a passing check); {} otherwise.
   type: dict
   returned: always
+settled:
+  description: With state=settle, the roles whose stamp got the new rpm database identity.
+  type: list
+  elements: str
+  returned: when state=settle
 written:
   description: With state=record, whether the stamp's content changed (written outside check mode).
   type: bool
@@ -105,20 +115,28 @@ digest:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpufleet.core.plugins.module_utils.converge import check, record
+from ansible_collections.gpufleet.core.plugins.module_utils.converge import (
+    check,
+    record,
+    settle,
+)
 
 
 def main():  # type: () -> None
     module = AnsibleModule(
         argument_spec=dict(
-            role=dict(type="str", required=True),
-            state=dict(type="str", required=True, choices=["check", "record"]),
-            digest=dict(type="str", required=True),
+            role=dict(type="str"),
+            state=dict(type="str", required=True, choices=["check", "record", "settle"]),
+            digest=dict(type="str"),
             watch=dict(type="dict", default={}),
             exports=dict(type="dict", default={}),
             enabled=dict(type="bool", default=True),
             stamp_dir=dict(type="path", default="/var/lib/gpufleet/converge"),
         ),
+        required_if=[
+            ("state", "check", ["role", "digest"]),
+            ("state", "record", ["role", "digest"]),
+        ],
         supports_check_mode=True,
     )
     p = module.params
@@ -129,6 +147,9 @@ def main():  # type: () -> None
         return int(rc), str(out), str(err)
 
     try:
+        if p["state"] == "settle":
+            settled = settle(p["stamp_dir"], runner, write=not module.check_mode)
+            module.exit_json(changed=False, settled=settled)
         if p["state"] == "check":
             if not p["enabled"]:
                 module.exit_json(
