@@ -92,7 +92,8 @@ def ensure_node_network(node: Node) -> None:
     if not netns_exists(ns):
         say(f"{node.name}: creating network namespace {ns}")
         run(["ip", "netns", "add", ns], what=f"{node.name}: ip netns add {ns}")
-    if not _link_exists("eth0", ns):
+    created = not _link_exists("eth0", ns)
+    if created:
         if _link_exists(node.veth_host):
             run(["ip", "link", "del", node.veth_host], what=f"{node.name}: removing stale veth")
         say(f"{node.name}: veth {node.veth_host} <-> eth0 {node.address}/{SUBNET.prefixlen}")
@@ -121,6 +122,18 @@ def ensure_node_network(node: Node) -> None:
         )
     run(["ip", "-n", ns, "link", "set", "eth0", "up"], what=f"{node.name}: eth0 up")
     run(["ip", "-n", ns, "link", "set", "lo", "up"], what=f"{node.name}: lo up")
+    if created:
+        # A node made again at an address an earlier one had (a resize: NODES=6, 3, then 6)
+        # has a new MAC; neighbour entries of the old one, on the host and in the other
+        # nodes, can send traffic to the old MAC until they expire. The likely cause of
+        # make bench-scale's "Connection timed out" to the re-made node5 and node6 (they
+        # answered a minute later). Forget them.
+        for where in ([], *(["-n", other] for other in our_netns() if other != ns)):
+            subprocess.run(
+                ["ip", *where, "neigh", "flush", "to", node.address],
+                capture_output=True,
+                check=False,
+            )
 
 
 # ---------------------------------------------------------------------------------------
