@@ -52,36 +52,43 @@ def _file_digest(path):
     return h.hexdigest()
 
 
-def observe_file(path):
-    # type: (str) -> str
-    """Content and ownership of a file (a symlink: its target), or "absent"."""
+def _stat_or_word(path):
+    # type: (str) -> Tuple[Any, str]
+    """(lstat result, "") for a path that is neither missing nor a symlink; else (None,
+    "absent" or "link -> <target>"): what both observers report for those two."""
     try:
         st = os.lstat(path)
     except OSError:
-        return "absent"
+        return None, "absent"
     if stat.S_ISLNK(st.st_mode):
-        return "link -> %s" % os.readlink(path)
+        return None, "link -> %s" % os.readlink(path)
+    return st, ""
+
+
+def _owner(st):
+    # type: (Any) -> str
+    return "mode=%o uid=%d gid=%d" % (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+
+
+def observe_file(path):
+    # type: (str) -> str
+    """Content and ownership of a file (a symlink: its target), or "absent"."""
+    st, word = _stat_or_word(path)
+    if st is None:
+        return word
     if not stat.S_ISREG(st.st_mode):
         return "not a file (mode %o)" % st.st_mode
-    return "sha256:%s mode=%o uid=%d gid=%d" % (
-        _file_digest(path),
-        stat.S_IMODE(st.st_mode),
-        st.st_uid,
-        st.st_gid,
-    )
+    return "sha256:%s %s" % (_file_digest(path), _owner(st))
 
 
 def observe_path(path):
     # type: (str) -> str
     """Type and ownership of a path (a directory's entries come and go: see listings)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return "absent"
-    if stat.S_ISLNK(st.st_mode):
-        return "link -> %s" % os.readlink(path)
+    st, word = _stat_or_word(path)
+    if st is None:
+        return word
     kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
-    return "%s mode=%o uid=%d gid=%d" % (kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+    return "%s %s" % (kind, _owner(st))
 
 
 def observe_listing(pattern):

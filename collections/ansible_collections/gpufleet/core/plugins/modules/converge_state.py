@@ -151,22 +151,21 @@ def main():  # type: () -> None
             settled = settle(p["stamp_dir"], runner, write=not module.check_mode)
             module.exit_json(changed=False, settled=settled)
         if p["state"] == "check":
-            if not p["enabled"]:
-                module.exit_json(
-                    changed=False,
+            if p["enabled"]:
+                res = check(
+                    p["stamp_dir"],
+                    p["role"],
+                    p["digest"],
+                    p["watch"],
+                    runner,
+                    remove=not module.check_mode,
+                )
+            else:
+                res = dict(
                     converged=False,
                     reason="fast path off (gpufleet_converge_fast: false): full run",
                     exports={},
-                    digest=p["digest"],
                 )
-            res = check(
-                p["stamp_dir"],
-                p["role"],
-                p["digest"],
-                p["watch"],
-                runner,
-                remove=not module.check_mode,
-            )
             module.exit_json(
                 changed=False,
                 converged=res["converged"],
