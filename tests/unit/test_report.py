@@ -105,6 +105,36 @@ def test_all_pass_exits_zero(tmp_path: Path) -> None:
     assert json.loads((d / "summary.json").read_text())["status"] == "pass"
 
 
+def test_run_info_from_stdin_is_written_before_the_report_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # verify passes run.json on stdin to the same command that renders the report: an
+    # expected node without results must fail the report that very run
+    import io
+
+    d = tmp_path / "r4"
+    _smoke("n1").write(d / "n1" / "smoke.json")
+    info = {"run_id": "r4", "nodes": ["n1", "n2"], "mode": "cpu", "expect": {"smoke": ["n1", "n2"]}}
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(info)))
+    assert main(["report", "summary", str(d), "--run-info", "-", "--quiet", "--no-plot"]) == 1
+    assert json.loads((d / "run.json").read_text()) == info
+    assert json.loads((d / "summary.json").read_text())["status"] == "fail"
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "{not json"])
+def test_run_info_that_is_not_an_object_is_refused_and_nothing_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], text: str
+) -> None:
+    import io
+
+    d = tmp_path / "r5"
+    _smoke("n1").write(d / "n1" / "smoke.json")
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    assert main(["report", "summary", str(d), "--run-info", "-", "--quiet", "--no-plot"]) != 0
+    assert "--run-info -" in capsys.readouterr().err
+    assert not (d / "run.json").exists() and not (d / "summary.json").exists()
+
+
 def test_unreadable_result_file_fails(tmp_path: Path) -> None:
     d = tmp_path / "r3" / "n1"
     d.mkdir(parents=True)

@@ -1,8 +1,10 @@
 """``gpufleet report``: aggregate a verify run, or read torchrun's root cause of a log.
 
-gpufleet report summary reports/<run-id> [--latest] [--no-plot] [--quiet]
+gpufleet report summary reports/<run-id> [--run-info FILE|-] [--latest] [--no-plot] [--quiet]
     summary.json, summary.md, bandwidth.png and the table; exit 1 when any record
     failed (docs/architecture.md). ``gpufleet report reports/<run-id>`` is the same.
+    --run-info writes the run's description (a JSON object: run.json) into the run folder
+    first; ``-`` reads it from stdin (roles/verify passes it so, in the same step).
 gpufleet report root-cause LOG
     torchrun's "Root Cause (first observed failure)" of a launch log as one JSON
     object ({} when the log has none); used by roles/verify.
@@ -30,6 +32,11 @@ def register(sub: Any) -> None:
     rsub = p.add_subparsers(dest="report_cmd", metavar="SUBCOMMAND", required=True)
     s = rsub.add_parser("summary", help="write summary.json/md, bandwidth.png; print the table")
     s.add_argument("run_dir", help="reports/<run-id>")
+    s.add_argument(
+        "--run-info",
+        metavar="FILE",
+        help="write this JSON object as RUN_DIR/run.json first ('-': stdin)",
+    )
     s.add_argument("--no-plot", action="store_true", help="skip bandwidth.png")
     s.add_argument("--latest", action="store_true", help="point reports/latest at RUN_DIR")
     s.add_argument("--quiet", action="store_true", help="no table on stdout")
@@ -43,9 +50,36 @@ def register(sub: Any) -> None:
     r.set_defaults(func=run_root_cause)
 
 
+def _write_run_info(run_dir: str, source: str) -> None:
+    """RUN_DIR/run.json from FILE or stdin: a JSON object, written whole or not at all."""
+    import os
+    import sys
+    from pathlib import Path
+
+    from gpufleet.errors import GpufleetError
+
+    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    try:
+        info = json.loads(text)
+    except ValueError as exc:
+        raise GpufleetError(f"--run-info {source}: not JSON ({exc})") from None
+    if not isinstance(info, dict):
+        raise GpufleetError(
+            f"--run-info {source}: a JSON object is needed, not {type(info).__name__}"
+        )
+    dest = Path(run_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp = dest / ".run.json.part"
+    tmp.write_text(json.dumps(info, indent=4, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.chmod(0o644)
+    os.replace(tmp, dest / "run.json")
+
+
 def run_summary(args: argparse.Namespace) -> int:
     from gpufleet.report import table, update_latest, write_report
 
+    if args.run_info:
+        _write_run_info(args.run_dir, args.run_info)
     s = write_report(args.run_dir, plot=not args.no_plot)
     if args.latest:
         update_latest(s.run_dir.resolve())
