@@ -187,15 +187,38 @@ def preflight_problems(obs: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def disk_rows(results: Iterable[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
-    """Loop results of the df probe -> [{path, required_mb, variable, free_mb}]."""
+#: The line before each section of preflight's one-command probe (roles/preflight/tasks/probes.yml).
+PROBE_MARK = "@@gpufleet-probe "
+
+
+def probe_sections(stdout: str) -> dict[str, str]:
+    """The one-command probe's output -> {section name: its text}. Text before the first
+    mark is dropped; a section named twice keeps its last text."""
+    out: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in str(stdout or "").splitlines():
+        if line.startswith(PROBE_MARK):
+            if name is not None:
+                out[name] = "\n".join(lines)
+            name, lines = line[len(PROBE_MARK) :].strip(), []
+        elif name is not None:
+            lines.append(line)
+    if name is not None:
+        out[name] = "\n".join(lines)
+    return out
+
+
+def disk_rows(
+    items: Iterable[Mapping[str, Any]] | None, sections: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """The df items the probe measured -> [{path, required_mb, variable, free_mb}]; free_mb is
+    None where the probe's ``df <variable>`` section holds no number (df failed)."""
     rows = []
-    for r in results or []:
-        if r.get("skipped"):
-            continue
-        item = dict(r.get("item") or {})
-        out = str(r.get("stdout") or "").strip()
-        item["free_mb"] = int(out) if r.get("rc") == 0 and out.isdigit() else None
+    for it in items or []:
+        item = dict(it)
+        out = str(sections.get(f"df {item.get('variable')}", "")).strip()
+        item["free_mb"] = int(out) if out.isdigit() else None
         item["required_mb"] = int(item.get("required_mb") or 0)
         rows.append(item)
     return rows

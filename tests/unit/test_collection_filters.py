@@ -549,21 +549,25 @@ def test_el7_gets_the_planner_answer() -> None:
     assert "torch==2.6.0" in problems[1] and problems[1].startswith("old01: ")
 
 
-def test_disk_rows_from_loop_results() -> None:
+def test_disk_rows_from_the_probe_sections() -> None:
+    sections = P.probe_sections(
+        "noise before the first mark\n"
+        "@@gpufleet-probe lspci\n01:00.0 3D controller [0302]: NVIDIA [10de:2330]\n"
+        "@@gpufleet-probe df preflight_env_free_mb\n20480\n"
+        "@@gpufleet-probe df v\n"
+    )
+    assert sections == {
+        "lspci": "01:00.0 3D controller [0302]: NVIDIA [10de:2330]",
+        "df preflight_env_free_mb": "20480",
+        "df v": "",
+    }
     rows = P.disk_rows(
         [
-            {
-                "item": {
-                    "path": "/opt",
-                    "required_mb": "16384",
-                    "variable": "preflight_env_free_mb",
-                },
-                "rc": 0,
-                "stdout": "20480\n",
-            },
-            {"item": {"path": "/x", "required_mb": "1", "variable": "v"}, "rc": 1, "stdout": ""},
-            {"skipped": True, "item": {"path": "/usr/local"}},
-        ]
+            {"path": "/opt", "required_mb": "16384", "variable": "preflight_env_free_mb"},
+            {"path": "/x", "required_mb": 1, "variable": "v"},
+            {"path": "/y", "required_mb": 1, "variable": "not_probed"},
+        ],
+        sections,
     )
     assert rows == [
         {
@@ -573,10 +577,10 @@ def test_disk_rows_from_loop_results() -> None:
             "free_mb": 20480,
         },
         {"path": "/x", "required_mb": 1, "variable": "v", "free_mb": None},
+        {"path": "/y", "required_mb": 1, "variable": "not_probed", "free_mb": None},
     ]
 
 
-# --------------------------------------------------------------------------- bisection
 def test_bisect_filters_plan_rounds_from_the_history() -> None:
     f = V.FilterModule().filters()
     nodes = ["a", "b", "c", "d", "e"]
