@@ -34,6 +34,9 @@ def job_result(text: object) -> dict[str, Any]:
         return {"rc": UNKNOWN_RC, "finished": 0, "msg": "the job was still running"}
     out = dict(obj)
     out["finished"] = 1
+    for stream in ("stdout", "stderr"):  # as Ansible adds them to a task's result
+        if isinstance(out.get(stream), str) and f"{stream}_lines" not in out:
+            out[f"{stream}_lines"] = out[stream].splitlines()
     rc = obj.get("rc")
     out["rc"] = rc if isinstance(rc, int) and not isinstance(rc, bool) else UNKNOWN_RC
     return out

@@ -26,6 +26,7 @@ import os
 import re
 import selectors
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -135,12 +136,21 @@ def probe(
     timeout: float = 3.0,
     retries: int = 3,
     delay: float = 1.0,
+    up_until: float = 0.0,
 ) -> list[ProbeResult]:
+    """Connect to each target, ``retries`` tries ``delay`` apart. Until the monotonic time
+    ``up_until`` a refused connection is not a try: the peer's listener may not be up yet
+    (``gpufleet probe mesh`` starts every node at once, without a barrier)."""
     results = []
     for t in targets:
         ok, err, extra, secs = False, "", "", 0.0
         for attempt in range(max(1, retries)):
             ok, err, extra, secs = connect_once(t, timeout)
+            while (
+                not ok and err.startswith("ConnectionRefusedError") and time.monotonic() < up_until
+            ):
+                time.sleep(0.2)
+                ok, err, extra, secs = connect_once(t, timeout)
             if ok and extra != t.name:
                 # something accepted, but not the target's pre-check listener: another
                 # process holds the port (a squatter on the rendezvous port, an old run)
@@ -255,8 +265,12 @@ def serve(
     expect: int = 0,
     roles: Mapping[int, str] | None = None,
     on_busy: Callable[[PortInUse], None] | None = None,
+    stop: threading.Event | None = None,
+    ready: threading.Event | None = None,
 ) -> int:
-    """Accept connections until ``duration`` or ``expect`` accepted; return the count.
+    """Accept connections until ``duration`` or ``expect`` accepted (or ``stop`` is set);
+    return the count. ``ready`` is set once the ports are bound (``gpufleet probe mesh``
+    connects to the peers only then).
 
     A port another process holds raises PortInUse; with ``on_busy`` it is reported there
     and the other ports are served all the same, so that the peers' probes of them pass and
@@ -287,10 +301,14 @@ def serve(
             s.setblocking(False)
             sel.register(s, selectors.EVENT_READ)
             socks.append(s)
+        if ready is not None:
+            ready.set()
         accepted = 0
         deadline = time.monotonic() + duration
         while time.monotonic() < deadline and not (expect and accepted >= expect):
-            for key, _ in sel.select(timeout=min(0.5, max(0.0, deadline - time.monotonic()))):
+            if stop is not None and stop.is_set():
+                break
+            for key, _ in sel.select(timeout=min(0.2, max(0.0, deadline - time.monotonic()))):
                 lsock = key.fileobj
                 assert isinstance(lsock, socket.socket)
                 try:

@@ -13,6 +13,7 @@ def test_a_finished_command_gives_its_exit_status_and_output() -> None:
     text = json.dumps({"changed": True, "rc": 3, "stdout": "x", "stderr": "boom", "cmd": ["a"]})
     got = job_result(text + "\n")
     assert (got["rc"], got["finished"], got["stderr"]) == (3, 1, "boom")
+    assert got["stdout_lines"] == ["x"] and got["stderr_lines"] == ["boom"]
 
 
 @pytest.mark.parametrize(

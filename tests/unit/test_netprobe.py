@@ -251,3 +251,59 @@ def test_connect_checks_the_env_file_interfaces(
     assert "BLOCKED n1: GLOO_SOCKET_IFNAME='bogus0'" in capsys.readouterr().out
     (rec,) = json.loads(out.read_text())["records"]
     assert rec["status"] == "fail" and "bogus0" in rec["message"]
+
+
+def _mesh_argv(name: str, addr: str, port: int, expect: int, out: Path, *targets: str) -> list[str]:
+    return [
+        sys.executable, "-m", "gpufleet", "probe", "mesh", "--name", name, "--bind", addr,
+        "--port", str(port), "--duration", "30", "--expect", str(expect), "--start-window", "4",
+        "--timeout", "1", "--retries", "2", "--pidfile", str(out / f"{name}.pid"),
+        "--listen-result-json", str(out / f"{name}-listen.json"),
+        "--result-json", str(out / f"{name}.json"), *targets,
+    ]  # fmt: skip
+
+
+def test_mesh_nodes_started_together_reach_each_other_and_end_at_once(tmp_path: Path) -> None:
+    """What verify runs on every node at once: each serves, then probes the others, and
+    ends as soon as it has seen every expected peer (not after --duration)."""
+    port = free_port("127.0.0.1")
+    a = _mesh_argv("a", "127.0.0.2", port, 1, tmp_path, f"b=127.0.0.3:{port}:mesh")
+    b = _mesh_argv("b", "127.0.0.3", port, 1, tmp_path, f"a=127.0.0.2:{port}:mesh")
+    t0 = time.monotonic()
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for argv in (a, b)]
+    outs = [p.communicate(timeout=30)[0] for p in procs]
+    took = time.monotonic() - t0
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "ok      a -> b" in outs[0] and "accepted 1 connection" in outs[0], outs[0]
+    assert took < 10, f"the mesh waited {took:.1f} s although every peer had connected"
+    assert json.loads((tmp_path / "a.json").read_text())["records"][0]["status"] == "pass"
+    assert (tmp_path / "a.pid").read_text().strip().isdigit()
+
+
+def test_mesh_names_a_blocked_peer_and_stops_listening_after_the_peers_tries(
+    tmp_path: Path,
+) -> None:
+    """A peer that never comes: this node's probe of it is BLOCKED (exit 1) once the start
+    window (4 s) is over, and the listener waits only as long as the peers' tries can last
+    (window + 1 s x 3), not --duration (30 s)."""
+    port, dead = free_port("127.0.0.1"), free_port("127.0.0.1")
+    argv = _mesh_argv("a", "127.0.0.2", port, 1, tmp_path, f"gone=127.0.0.4:{dead}:mesh")
+    t0 = time.monotonic()
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    took = time.monotonic() - t0
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "BLOCKED a -> gone" in r.stdout, r.stdout
+    assert 4 <= took < 15, f"the mesh took {took:.1f} s"
+
+
+def test_mesh_waits_for_a_peer_that_starts_late_within_the_start_window(tmp_path: Path) -> None:
+    """No barrier between the nodes' starts: b starts 2 s after a, and a's probe of b still
+    passes (a refused connection is retried within the start window)."""
+    port = free_port("127.0.0.1")
+    a = _mesh_argv("a", "127.0.0.2", port, 1, tmp_path, f"b=127.0.0.3:{port}:mesh")
+    b = _mesh_argv("b", "127.0.0.3", port, 1, tmp_path, f"a=127.0.0.2:{port}:mesh")
+    pa = subprocess.Popen(a, stdout=subprocess.PIPE, text=True)
+    time.sleep(2)
+    pb = subprocess.Popen(b, stdout=subprocess.PIPE, text=True)
+    outs = [p.communicate(timeout=30)[0] for p in (pa, pb)]
+    assert [pa.returncode, pb.returncode] == [0, 0], outs

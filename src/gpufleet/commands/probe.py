@@ -1,4 +1,13 @@
-"""``gpufleet probe serve|connect``: the TCP pre-check of make verify (gpufleet.netprobe)."""
+"""``gpufleet probe serve|connect|mesh``: the TCP pre-check of make verify (gpufleet.netprobe).
+
+``mesh`` is what verify runs on every node, all at once: ``serve`` in a thread (ports bound
+before any connect), then ``connect`` to the rendezvous and the other nodes (a refused
+connection is retried until ``--start-window`` s after the start: that peer's listener may
+not be up yet), then the listener is kept until it has seen every expected peer or the
+peers' tries must be over (the start window plus ``--timeout`` x (``--retries`` + 1)),
+bounded by ``--duration``.
+One process per node instead of a listener job, a probe and a stop (docs/performance.md).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +15,7 @@ import argparse
 import json
 import os
 import socket
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,10 +36,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="probe_cmd", metavar="SUBCOMMAND", required=True)
-    s = sub.add_parser("serve", help="listen on ports for a while")
-    s.add_argument("--name", default=socket.gethostname())
+def _serve_arguments(s: argparse.ArgumentParser, result_flag: str) -> None:
+    s.add_argument("--name", default=socket.gethostname(), help="this node's name")
     s.add_argument("--bind", default="0.0.0.0")
     s.add_argument("--port", type=argtypes.port, action="append", required=True)
     s.add_argument("--duration", type=argtypes.timeout_s, default=60.0, help="seconds, hard limit")
@@ -42,12 +50,16 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         help="which of the ports is torchrun's rendezvous port (for messages)",
     )
     s.add_argument(
-        "--result-json",
+        result_flag,
+        dest="listen_result_json",
         default="",
         help="on a port held by another process, write a ResultFile (kind probe-listen)",
     )
-    c = sub.add_parser("connect", help="connect to targets, report blocked pairs")
-    c.add_argument("--name", default=socket.gethostname(), help="this node's name")
+
+
+def _connect_arguments(c: argparse.ArgumentParser, with_name: bool) -> None:
+    if with_name:
+        c.add_argument("--name", default=socket.gethostname(), help="this node's name")
     c.add_argument("--target", action="append", default=[], help="NAME=HOST:PORT[:ROLE]")
     c.add_argument("targets", nargs="*", metavar="NAME=HOST:PORT[:ROLE]", help="more targets")
     c.add_argument("--timeout", type=argtypes.timeout_s, default=3.0, help="seconds per try")
@@ -66,31 +78,63 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.probe_cmd == "serve":
-        if args.pidfile:
-            Path(args.pidfile).write_text(f"{os.getpid()}\n", encoding="utf-8")
-        roles = {args.rendezvous_port: "rendezvous"} if args.rendezvous_port else {}
-        busy: list[netprobe.PortInUse] = []
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="probe_cmd", metavar="SUBCOMMAND", required=True)
+    _serve_arguments(sub.add_parser("serve", help="listen on ports for a while"), "--result-json")
+    _connect_arguments(
+        sub.add_parser("connect", help="connect to targets, report blocked pairs"), True
+    )
+    m = sub.add_parser(
+        "mesh", help="serve and connect in one process (what verify runs on every node)"
+    )
+    _serve_arguments(m, "--listen-result-json")
+    _connect_arguments(m, False)
+    m.add_argument(
+        "--start-window",
+        type=argtypes.timeout_s,
+        default=15.0,
+        help="seconds within which every node's mesh starts: a refused connection is retried "
+        "until then (default 15)",
+    )
 
-        def on_busy(exc: netprobe.PortInUse) -> None:
-            # recorded at once (the listener may be stopped before it ends), then the
-            # node's other ports are served so that only this one is reported
-            busy.append(exc)
-            print(f"ERROR: {exc}", flush=True)
-            if args.result_json:
-                netprobe.listen_failure_file(args.name, busy).write(args.result_json)
 
-        try:
-            n = netprobe.serve(
-                args.name, args.bind, args.port, args.duration, args.expect, roles, on_busy
-            )
-        except netprobe.PortInUse as exc:
-            if args.result_json:
-                netprobe.listen_failure_file(args.name, [*busy, exc]).write(args.result_json)
-            raise
-        print(f"{args.name}: accepted {n} connection(s) on {args.bind}:{args.port}")
-        return 1 if busy else 0
+def _serve(
+    args: argparse.Namespace,
+    stop: threading.Event | None = None,
+    ready: threading.Event | None = None,
+) -> int:
+    roles = {args.rendezvous_port: "rendezvous"} if args.rendezvous_port else {}
+    busy: list[netprobe.PortInUse] = []
+
+    def on_busy(exc: netprobe.PortInUse) -> None:
+        # recorded at once (the listener may be stopped before it ends), then the
+        # node's other ports are served so that only this one is reported
+        busy.append(exc)
+        print(f"ERROR: {exc}", flush=True)
+        if args.listen_result_json:
+            netprobe.listen_failure_file(args.name, busy).write(args.listen_result_json)
+
+    try:
+        n = netprobe.serve(
+            args.name,
+            args.bind,
+            args.port,
+            args.duration,
+            args.expect,
+            roles,
+            on_busy,
+            stop=stop,
+            ready=ready,
+        )
+    except netprobe.PortInUse as exc:
+        if args.listen_result_json:
+            netprobe.listen_failure_file(args.name, [*busy, exc]).write(args.listen_result_json)
+        raise
+    print(f"{args.name}: accepted {n} connection(s) on {args.bind}:{args.port}", flush=True)
+    return 1 if busy else 0
+
+
+def _connect(args: argparse.Namespace, up_until: float = 0.0) -> int:
     iface_problems: list[str] = []
     if args.env_file:
         env = netcfg.read_env_file(args.env_file)
@@ -103,9 +147,9 @@ def run(args: argparse.Namespace) -> int:
             )
     targets = [netprobe.parse_target(t) for t in [*args.target, *args.targets]]
     t0 = time.time()
-    results = netprobe.probe(args.name, targets, args.timeout, args.retries)
+    results = netprobe.probe(args.name, targets, args.timeout, args.retries, up_until=up_until)
     for r in results:
-        print(r.line())
+        print(r.line(), flush=True)
     if args.json:
         Path(args.json).write_text(
             json.dumps([asdict(r) for r in results], indent=2) + "\n", encoding="utf-8"
@@ -113,3 +157,42 @@ def run(args: argparse.Namespace) -> int:
     if args.result_json:
         netprobe.result_file(args.name, results, time.time() - t0).write(args.result_json)
     return 0 if all(r.ok for r in results) and not iface_problems else 1
+
+
+def _mesh(args: argparse.Namespace) -> int:
+    stop, ready = threading.Event(), threading.Event()
+    box: dict[str, Any] = {}
+
+    def listener() -> None:
+        try:
+            box["rc"] = _serve(args, stop, ready)
+        except Exception as exc:  # reported below, after this node's own probes
+            box["error"] = exc
+        finally:
+            ready.set()
+
+    start = time.monotonic()
+    thread = threading.Thread(target=listener, name="probe-listener", daemon=True)
+    thread.start()
+    ready.wait(timeout=30)
+    # a peer whose listener is not up yet refuses: retried until the start window ends
+    rc = _connect(args, up_until=start + args.start_window)
+    # the peers started within the start window: their tries are over by then
+    last = start + args.start_window + args.timeout * (args.retries + 1)
+    thread.join(timeout=max(0.0, min(start + args.duration, last) - time.monotonic()))
+    stop.set()
+    thread.join(timeout=5)
+    if "error" in box:
+        print(f"ERROR: {box['error']}", flush=True)
+        return 1
+    return rc or int(box.get("rc", 1))
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "pidfile", ""):
+        Path(args.pidfile).write_text(f"{os.getpid()}\n", encoding="utf-8")
+    if args.probe_cmd == "serve":
+        return _serve(args)
+    if args.probe_cmd == "mesh":
+        return _mesh(args)
+    return _connect(args)
