@@ -81,6 +81,9 @@ def test_prepare_reads_the_manifest_makes_the_run_dir_and_counts_gpus(
     # gpufleet.workers.gpus: a count when this interpreter has torch, else exit 3 naming it
     if importlib.util.find_spec("torch") is not None:
         assert got["gpus"]["rc"] == 0 and got["gpus"]["stdout"].isdigit()
+        # the same gpufleet here and "on the node": not stale
+        assert got["package"]["node"] == got["package"]["controller"] != ""
+        assert got["package"]["stale"] is False
     else:
         assert got["gpus"]["rc"] == 3 and "torch" in got["gpus"]["stderr"]
 
@@ -280,3 +283,28 @@ def test_sync_suites_names_the_node_when_the_install_fails(
     args = {"python": sys.executable, "src": str(repo), "names": ["checks"], "dest": str(ro)}
     got = _action(sync_suites.ActionModule, args, monkeypatch)
     assert got["failed"] is True and got["msg"].startswith("node1: cannot install the suites")
+
+
+def test_prepare_names_a_node_env_with_another_gpufleet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An env provisioned from an older checkout: its gpus worker prints no digest (or
+    another one); verify must stop and say make provision, not fail later in the pre-check."""
+    answers = iter(["4\n", "4\ngpufleet 0123abcd\n"])
+
+    def node(cmd: str, sudoable: bool = True, in_data: bytes | None = None) -> dict[str, Any]:
+        if "gpufleet.workers.gpus" in cmd:
+            assert "--package-digest" in cmd
+            return {"rc": 0, "stdout": next(answers), "stderr": ""}
+        return _local(cmd)
+
+    for i in range(2):
+        got = _action(
+            verify_prepare.ActionModule,
+            _prepare_args(tmp_path, run_dir=str(tmp_path / "w" / str(i))),
+            monkeypatch,
+            node,
+        )
+        assert got["gpus"]["stdout"] == "4"
+        assert got["package"]["stale"] is True
+        assert got["package"]["node"] == ("" if i == 0 else "0123abcd")

@@ -44,3 +44,17 @@ def test_cli_prints_zero_here_and_refuses_an_env_without_torch(tmp_path: Path) -
         env={"PYTHONPATH": str(tmp_path / "pkg")},
     )
     assert bad.returncode == 3 and "No module named 'torch'" in bad.stderr, bad
+
+
+def test_package_digest_is_the_controllers_tree_digest_of_this_package() -> None:
+    from gpufleet.converge import tree_digest
+
+    out = subprocess.run(
+        [sys.executable, "-m", "gpufleet.workers.gpus", "--package-digest"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    count, digest_line = out.stdout.splitlines()
+    assert count == "0" and out.returncode == 0, out.stderr
+    assert digest_line == f"gpufleet {tree_digest(str(Path(gpus.__file__).parents[1]))}"

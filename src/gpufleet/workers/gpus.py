@@ -8,8 +8,9 @@ source too), and falls back to the driver's /proc entries when NVML cannot be lo
 node whose torch cannot use CUDA is therefore launched in GPU mode and fails there with
 CUDA's own error, instead of being quietly verified as a CPU node with gloo.
 
-Exit 0 with the count on stdout; exit 3 with a message on stderr when torch is not installed
-in this interpreter.
+Exit 0 with the count on stdout (with ``--package-digest`` a second line ``gpufleet <digest>``
+of this gpufleet package's files); exit 3 with a message on stderr when torch is not
+installed in this interpreter.
 """
 
 from __future__ import annotations
@@ -55,11 +56,23 @@ def gpu_count(nvml: Callable[[], int | None] = nvml_count, root: Path = PROC_GPU
     return counted if counted is not None else proc_count(root)
 
 
-def main() -> int:
+def package_digest() -> str:
+    """The digest of this gpufleet package's files (gpufleet.converge.tree_digest): verify
+    compares it with the controller's, so a node env left on another gpufleet is named."""
+    import gpufleet  # noqa: PLC0415
+    from gpufleet.converge import tree_digest  # noqa: PLC0415
+
+    return tree_digest(str(Path(gpufleet.__file__).resolve().parent))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
     if importlib.util.find_spec("torch") is None:
         print(f"No module named 'torch' in {sys.executable}", file=sys.stderr)
         return 3
     print(gpu_count())
+    if "--package-digest" in args:
+        print(f"gpufleet {package_digest()}")
     return 0
 
 

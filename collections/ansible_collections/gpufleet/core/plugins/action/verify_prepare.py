@@ -16,13 +16,16 @@ in two commands on the node instead of four module runs.
 
 It fails nothing itself: the role's tasks name each problem. Returns ``manifest``
 ({data, error}: :func:`gpufleet.nodeenv.read_manifest`, the filter the role used on slurp's
-answer), ``python``, ``run_dir_error`` ('' when created) and ``gpus`` ({rc, stdout,
-stderr}; rc null when not run).
+answer), ``python``, ``run_dir_error`` ('' when created), ``gpus`` ({rc, stdout: the count,
+stderr}; rc null when not run) and ``package`` ({node, controller, stale}: the digests of the
+node env's gpufleet package and of the controller's; verify runs the node's, so they must
+match: ``make provision`` installs this checkout's wheel).
 """
 
 from __future__ import annotations
 
 import shlex
+from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
@@ -55,6 +58,13 @@ def _step1_parse(stdout: str) -> tuple[str | None, bool, str]:
         elif line.startswith("rundir-error"):
             run_dir_error = line[len("rundir-error") :].strip() or "mkdir failed"
     return content, unreadable, run_dir_error
+
+
+def _controller_digest() -> str:
+    import gpufleet
+    from gpufleet.converge import tree_digest
+
+    return tree_digest(str(Path(gpufleet.__file__).resolve().parent))
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hints
@@ -95,20 +105,29 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             python = env_python if isinstance(env_python, str) and env_python else ""
         python = python or str(args["default_python"])
         gpus: dict[str, Any] = {"rc": None, "stdout": "", "stderr": ""}
+        package: dict[str, Any] = {"node": "", "controller": "", "stale": False}
         if manifest["error"] is None and not run_dir_error:
             timeout = int(args.get("timeout") or 120)
-            argv = ["timeout", str(timeout), python, "-m", "gpufleet.workers.gpus"]
+            argv = [
+                "timeout", str(timeout), python, "-m", "gpufleet.workers.gpus", "--package-digest"
+            ]  # fmt: skip
             r = self._low_level_execute_command(shlex.join(argv), sudoable=True)
+            lines = (r.get("stdout") or "").strip().splitlines()
             gpus = {
                 "rc": r.get("rc"),
-                "stdout": (r.get("stdout") or "").strip(),
+                "stdout": lines[0].strip() if lines else "",
                 "stderr": (r.get("stderr") or "").strip(),
             }
+            if r.get("rc") == 0:
+                theirs = next((ln.split()[1] for ln in lines[1:] if ln.startswith("gpufleet ")), "")
+                ours = _controller_digest()
+                package = {"node": theirs, "controller": ours, "stale": theirs != ours}
         result.update(
             changed=not run_dir_error,
             manifest=manifest,
             python=python,
             run_dir_error=run_dir_error,
             gpus=gpus,
+            package=package,
         )
         return result
