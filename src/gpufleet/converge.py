@@ -96,3 +96,11 @@ def inputs_digest(
         "trees": {label: tree_digest(path) for label, path in trees.items()},
     }
     return hashlib.sha256(canonical(doc).encode()).hexdigest()
+
+
+def package_digest() -> str:
+    """tree_digest of the installed gpufleet package: the controller's and a node env's copy
+    must match for verify (gpufleet.workers.gpus --package-digest, gpufleet.core.verify_prepare)."""
+    import gpufleet  # noqa: PLC0415 - this package itself
+
+    return tree_digest(str(Path(gpufleet.__file__).resolve().parent))

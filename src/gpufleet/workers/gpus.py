@@ -56,15 +56,6 @@ def gpu_count(nvml: Callable[[], int | None] = nvml_count, root: Path = PROC_GPU
     return counted if counted is not None else proc_count(root)
 
 
-def package_digest() -> str:
-    """The digest of this gpufleet package's files (gpufleet.converge.tree_digest): verify
-    compares it with the controller's, so a node env left on another gpufleet is named."""
-    import gpufleet  # noqa: PLC0415
-    from gpufleet.converge import tree_digest  # noqa: PLC0415
-
-    return tree_digest(str(Path(gpufleet.__file__).resolve().parent))
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if importlib.util.find_spec("torch") is None:
@@ -72,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     print(gpu_count())
     if "--package-digest" in args:
+        from gpufleet.converge import package_digest  # noqa: PLC0415 - only when asked
+
         print(f"gpufleet {package_digest()}")
     return 0
 

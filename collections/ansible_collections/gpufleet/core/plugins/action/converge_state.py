@@ -15,6 +15,7 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import gpufleet_required_by
 
 _PLUGINS_DIR = Path(__file__).resolve().parents[1]
 _MODULE = "gpufleet.core.converge_state"
@@ -42,13 +43,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = dict(self._task.args)
         role = str(args.get("role", ""))
-        try:
+        with gpufleet_required_by(_MODULE):
             from gpufleet.converge import inputs_digest, relevant_names
-        except ImportError as exc:  # pragma: no cover - depends on the controller venv
-            raise AnsibleActionFail(
-                "gpufleet.core.converge_state needs the gpufleet package on the controller; "
-                "run `make setup` and use .venv/bin/ansible-playbook"
-            ) from exc
         if args.get("state") != "settle" and not args.get("digest"):
             # the role's exports (names with state=check, a dict with record) are its outputs
             exclude = [str(n) for n in (args.get("exports") or [])] + list(

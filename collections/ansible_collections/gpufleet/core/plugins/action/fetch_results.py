@@ -23,9 +23,13 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
+    gpufleet_required_by,
+    require_args,
+)
 
+_NAME = "gpufleet.core.fetch_results"
 _REQUIRED = ("python", "run_dir", "dest", "patterns")
 
 
@@ -37,16 +41,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        missing = [k for k in _REQUIRED if not args.get(k)]
-        if missing:
-            raise AnsibleActionFail(f"gpufleet.core.fetch_results needs {', '.join(missing)}")
-        try:
+        require_args(_NAME, args, _REQUIRED)
+        with gpufleet_required_by(_NAME):
             from gpufleet import resultpack
-        except ImportError as exc:  # pragma: no cover - depends on the controller venv
-            raise AnsibleActionFail(
-                "gpufleet.core.fetch_results needs the gpufleet package on the controller; "
-                "run `make setup` and use .venv/bin/ansible-playbook"
-            ) from exc
         patterns = [str(p) for p in args["patterns"]]
         excludes = [str(p) for p in args.get("excludes") or []]
         argv = [str(args["python"]), "-m", "gpufleet.resultpack", "pack", str(args["run_dir"])]

@@ -19,6 +19,12 @@ from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
+    gpufleet_required_by,
+    require_args,
+)
+
+_NAME = "gpufleet.core.sync_suites"
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hints
@@ -29,19 +35,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        for key in ("python", "src", "dest"):
-            if not args.get(key):
-                raise AnsibleActionFail(f"gpufleet.core.sync_suites needs {key}")
+        require_args(_NAME, args, ("python", "src", "dest"))
         names = [str(n) for n in args.get("names") or []]
         if not names:
             return {**result, "changed": False, "skipped": True, "msg": "no suites to sync"}
-        try:
+        with gpufleet_required_by(_NAME):
             from gpufleet import suitesync
-        except ImportError as exc:  # pragma: no cover - depends on the controller venv
-            raise AnsibleActionFail(
-                "gpufleet.core.sync_suites needs the gpufleet package on the controller; "
-                "run `make setup` and use .venv/bin/ansible-playbook"
-            ) from exc
         try:
             blob, digest = suitesync.build(Path(str(args["src"])), names)
         except (suitesync.SyncError, OSError) as exc:

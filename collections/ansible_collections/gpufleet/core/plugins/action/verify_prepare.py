@@ -25,11 +25,15 @@ match: ``make provision`` installs this checkout's wheel).
 from __future__ import annotations
 
 import shlex
-from pathlib import Path
 from typing import Any
 
-from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
+    gpufleet_required_by,
+    require_args,
+)
+
+_NAME = "gpufleet.core.verify_prepare"
 
 _STEP1 = r"""
 m=$1; d=$2
@@ -60,13 +64,6 @@ def _step1_parse(stdout: str) -> tuple[str | None, bool, str]:
     return content, unreadable, run_dir_error
 
 
-def _controller_digest() -> str:
-    import gpufleet
-    from gpufleet.converge import tree_digest
-
-    return tree_digest(str(Path(gpufleet.__file__).resolve().parent))
-
-
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hints
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset({"manifest", "run_dir", "python", "default_python", "timeout"})
@@ -75,16 +72,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = dict(self._task.args)
-        for key in ("manifest", "run_dir", "default_python"):
-            if not args.get(key):
-                raise AnsibleActionFail(f"gpufleet.core.verify_prepare needs {key}")
-        try:
-            from gpufleet import nodeenv
-        except ImportError as exc:  # pragma: no cover - depends on the controller venv
-            raise AnsibleActionFail(
-                "gpufleet.core.verify_prepare needs the gpufleet package on the controller; "
-                "run `make setup` and use .venv/bin/ansible-playbook"
-            ) from exc
+        require_args(_NAME, args, ("manifest", "run_dir", "default_python"))
+        with gpufleet_required_by(_NAME):
+            from gpufleet import converge, nodeenv
         host = str(task_vars.get("inventory_hostname", "?"))
         manifest_path = str(args["manifest"])
         cmd = shlex.join(
@@ -120,7 +110,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             }
             if r.get("rc") == 0:
                 theirs = next((ln.split()[1] for ln in lines[1:] if ln.startswith("gpufleet ")), "")
-                ours = _controller_digest()
+                ours = converge.package_digest()
                 package = {"node": theirs, "controller": ours, "stale": theirs != ours}
         result.update(
             changed=not run_dir_error,

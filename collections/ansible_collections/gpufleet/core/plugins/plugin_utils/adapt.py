@@ -1,4 +1,4 @@
-"""Shared by the gpufleet.core filter plugins (controller side only).
+"""Shared by the gpufleet.core filter and action plugins (controller side only).
 
 The filters are thin adapters over the gpufleet package installed in the controller venv
 (`make setup`): import it with a message that says how to get it, and turn its input errors
@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ansible.errors import AnsibleFilterError
+from ansible.errors import AnsibleActionFail, AnsibleFilterError
 
 
 @contextmanager
@@ -26,6 +26,25 @@ def gpufleet_required() -> Iterator[None]:
             "the gpufleet.core filters need the gpufleet package on the controller; "
             "run `make setup` and use .venv/bin/ansible-playbook"
         ) from exc
+
+
+@contextmanager
+def gpufleet_required_by(action: str) -> Iterator[None]:
+    """The same for an action plugin: an ImportError fails the task naming the action."""
+    try:
+        yield
+    except ImportError as exc:  # pragma: no cover - depends on the controller environment
+        raise AnsibleActionFail(
+            f"{action} needs the gpufleet package on the controller; "
+            "run `make setup` and use .venv/bin/ansible-playbook"
+        ) from exc
+
+
+def require_args(action: str, args: dict[str, Any], keys: Iterable[str]) -> None:
+    """Fail the task naming every argument of ``keys`` that is missing or empty."""
+    missing = [k for k in keys if not args.get(k)]
+    if missing:
+        raise AnsibleActionFail(f"{action} needs {', '.join(missing)}")
 
 
 def as_filters(
