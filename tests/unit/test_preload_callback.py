@@ -1,0 +1,47 @@
+"""gpufleet.core.preload: the collection's filter, test and action plugins are loaded in the
+controller's main process (so that forked workers inherit them), and the callback is on."""
+
+from __future__ import annotations
+
+import configparser
+import sys
+from pathlib import Path
+
+import pytest
+
+from roles_driver_helpers import install_collection_finder
+
+install_collection_finder()
+
+from ansible_collections.gpufleet.core.plugins.callback import preload  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGINS = REPO / "collections" / "ansible_collections" / "gpufleet" / "core" / "plugins"
+
+
+def test_preload_loads_every_filter_test_and_action_file() -> None:
+    assert preload.preload() == []
+    for kind in ("filter", "test", "action"):
+        for path in sorted((PLUGINS / kind).glob("*.py")):
+            name = f"ansible_collections.gpufleet.core.plugins.{kind}.{path.stem}"
+            assert name in sys.modules, name
+    # and the gpufleet modules behind the filters with them
+    assert "gpufleet.report" in sys.modules and "gpufleet.fabricpkg" in sys.modules
+
+
+def test_a_plugin_that_does_not_load_is_named_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ansible.plugins.loader import action_loader
+
+    def broken(name: str, *args: object, **kwargs: object) -> None:
+        raise ImportError(f"cannot load {name}")
+
+    monkeypatch.setattr(action_loader, "get", broken)
+    failed = preload.preload()
+    assert failed and all(f.startswith("action ") and "cannot load" in f for f in failed)
+
+
+def test_the_repository_enables_it() -> None:
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "ansible.cfg")
+    enabled = [c.strip() for c in cfg["defaults"]["callbacks_enabled"].split(",")]
+    assert "gpufleet.core.preload" in enabled
