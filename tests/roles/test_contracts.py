@@ -183,11 +183,19 @@ def test_gated_role_checks_runs_in_full_and_records_last(role: str) -> None:
     assert args["role"] == role and args["state"] == "check", gate
     assert args["watch"] == f"{{{{ __{role}_converge_watch }}}}"
     assert args["enabled"] == "{{ gpufleet_converge_fast | bool }}"
+    # answered from provision.yml's survey where it can, else a check on the node
+    assert args["survey"] == "{{ __gpufleet_converge_survey | default({}) }}"
     assert gate["register"] == f"__{role}_gate"
     rest = main[2:]
     assert rest[-1]["ansible.builtin.include_tasks"] == "full.yml"
     assert rest[-1]["when"] == f"not __{role}_gate.converged"
-    for task in rest[:-1]:
+    # converged: the role ends in the controller (a meta task runs no worker per node)
+    assert rest[-2] == {
+        "name": "End the role where the node is converged",
+        "ansible.builtin.meta": "end_role",
+        "when": f"__{role}_gate.converged",
+    }
+    for task in rest[:-2]:
         assert task["when"] == f"__{role}_gate.converged", task
         assert set(task["ansible.builtin.set_fact"]) == set(args.get("exports", [])), task
     full = yaml.safe_load((REPO / "roles" / role / "tasks" / "full.yml").read_text())

@@ -195,24 +195,35 @@ def test_an_unchanged_node_is_converged_and_gets_its_exports_back(node: dict[str
     }
 
 
-@pytest.mark.parametrize(
-    ("drift", "says"),
-    [
-        ("edit_file", "nccl.env"),
-        ("chmod_file", "nccl.env"),
-        ("add_repo", "extra.repo"),
-        ("pip_install", "site-packages"),
-        ("manifest_key", "env_torch"),
-        ("service_off", "firewalld.service"),
-        ("zone_runtime", "zone"),
-        ("rpm_transaction", "rpmdb.sqlite"),
-        ("env_removed", "env"),
-    ],
-)
+DRIFTS = [
+    ("edit_file", "nccl.env"),
+    ("chmod_file", "nccl.env"),
+    ("add_repo", "extra.repo"),
+    ("pip_install", "site-packages"),
+    ("manifest_key", "env_torch"),
+    ("service_off", "firewalld.service"),
+    ("zone_runtime", "zone"),
+    ("rpm_transaction", "rpmdb.sqlite"),
+    ("env_removed", "env"),
+]
+
+
+@pytest.mark.parametrize(("drift", "says"), DRIFTS)
 def test_each_kind_of_drift_runs_the_role_in_full_and_drops_the_stamp(
     node: dict[str, Any], drift: str, says: str
 ) -> None:
     _record(node)
+    _drift(node, drift)
+    res = _check(node)
+    assert res["converged"] is False
+    assert "drifted" in str(res["reason"]) and says in str(res["reason"]), res["reason"]
+    assert res["removed"] is True
+    assert not Path(str(node["dir"]), "cluster_network.json").exists()
+    # the stamp is gone: the next check fails too, even if the drift is undone by hand
+    assert _check(node)["converged"] is False
+
+
+def _drift(node: dict[str, Any], drift: str) -> None:
     conf, site, outputs = Path(str(node["conf"])), Path(str(node["site"])), node["outputs"]
     assert isinstance(outputs, dict)
     if drift == "edit_file":
@@ -240,13 +251,6 @@ def test_each_kind_of_drift_runs_the_role_in_full_and_drops_the_stamp(
         for p in sorted(Path(str(node["site"])).parents[2].rglob("*"), reverse=True):
             p.rmdir()
         Path(str(node["site"])).parents[2].rmdir()
-    res = _check(node)
-    assert res["converged"] is False
-    assert "drifted" in str(res["reason"]) and says in str(res["reason"]), res["reason"]
-    assert res["removed"] is True
-    assert not Path(str(node["dir"]), "cluster_network.json").exists()
-    # the stamp is gone: the next check fails too, even if the drift is undone by hand
-    assert _check(node)["converged"] is False
 
 
 def test_changed_inputs_run_in_full(node: dict[str, Any]) -> None:
@@ -322,3 +326,101 @@ def test_settle_moves_every_stamp_to_the_rpm_database_the_run_leaves(
     res = _check(node)
     assert res["converged"] is False and "rpmdb" in str(res["reason"])
     assert N.settle(str(node["dir"] + "-none"), runner) == []
+
+
+# --------------------------------------------------------------------------- survey
+
+
+def _counting(outputs: dict[tuple[str, ...], tuple[int, str, str]]) -> tuple[N.Runner, list[str]]:
+    calls: list[str] = []
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        calls.append(" ".join(argv))
+        return outputs.get(tuple(argv), (1, "", "unknown command"))
+
+    return run, calls
+
+
+def test_survey_answers_every_role_from_the_watch_lists_the_stamps_kept(
+    node: dict[str, Any],
+) -> None:
+    _record(node)
+    torch_watch = {"paths": [str(Path(str(node["site"])).parents[2])], "rpmdb": True}
+    N.record(
+        str(node["dir"]), "torch_env", "d9", torch_watch, {"r": 1}, _runner_for(node["outputs"])
+    )
+    run, calls = _counting(node["outputs"])
+    got = N.survey(str(node["dir"]), run)
+    assert got["settled"] is True
+    assert got["roles"]["cluster_network"] == {
+        "digest": "d1",
+        "watch": node["watch"],
+        "converged": True,
+        "reason": "",
+        "exports": {"gpufleet_cluster_address": "10.0.0.1"},
+    }
+    assert got["roles"]["torch_env"]["converged"] is True
+    assert got["roles"]["torch_env"]["watch"] == torch_watch
+    # two roles watch the rpm database: one `rpm --eval` for the survey, not one per role
+    assert calls.count("rpm --eval %{_dbpath}") == 1
+    assert len(calls) == len(set(calls))
+
+
+@pytest.mark.parametrize(("drift", "says"), DRIFTS)
+def test_survey_sees_each_kind_of_drift_and_leaves_the_stamp(
+    node: dict[str, Any], drift: str, says: str
+) -> None:
+    """The survey only reads: the role's own check (which the gate falls back to) drops the
+    stamp and says why."""
+    _record(node)
+    _drift(node, drift)
+    entry = N.survey(str(node["dir"]), _runner_for(node["outputs"]))["roles"]["cluster_network"]
+    assert entry["converged"] is False and entry["exports"] == {}
+    assert "drifted" in entry["reason"] and says in entry["reason"], entry["reason"]
+    assert Path(str(node["dir"]), "cluster_network.json").exists()
+    assert _check(node)["converged"] is False
+
+
+def test_survey_says_whether_settle_has_work_and_skips_stamps_it_cannot_use(
+    node: dict[str, Any],
+) -> None:
+    runner = _runner_for(node["outputs"])
+    assert N.survey(str(node["dir"]), runner) == {"roles": {}, "settled": True}  # no stamps yet
+    _record(node)
+    # a stamp from before stamps kept their watch list: no answer for that role (it checks
+    # on the node itself), but its rpm identity still counts for settle
+    old = Path(str(node["dir"]), "nvidia_driver.json")
+    data = json.loads(Path(str(node["dir"]), "cluster_network.json").read_text())
+    del data["watch"]
+    data["observed"]["rpmdb"] = {"/var/lib/rpm/rpmdb.sqlite": "size=1 mtime_ns=1 ino=1"}
+    old.write_text(json.dumps(data))
+    Path(str(node["dir"]), "broken.json").write_text("{not json")
+    # a file whose name is no role name is no stamp, whatever it holds
+    Path(str(node["dir"]), "not-a-role.json").write_text(
+        Path(str(node["dir"]), "cluster_network.json").read_text()
+    )
+    got = N.survey(str(node["dir"]), runner)
+    assert sorted(got["roles"]) == ["cluster_network"]
+    assert got["settled"] is False
+    old.unlink()
+    assert N.survey(str(node["dir"]), runner)["settled"] is True
+    (Path(str(node["rpmdb"])) / "rpmdb.sqlite").write_bytes(b"db + a package")
+    got = N.survey(str(node["dir"]), runner)
+    assert got["settled"] is False and got["roles"]["cluster_network"]["converged"] is False
+
+
+def test_the_memo_runner_runs_each_command_once_and_repeats_its_error() -> None:
+    calls: list[list[str]] = []
+
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        calls.append(argv)
+        if argv[0] == "missing":
+            raise OSError("no such file")
+        return 0, "out", ""
+
+    memo = N.memo_runner(run)
+    assert memo(["a", "1"]) == memo(["a", "1"]) == (0, "out", "")
+    for _ in range(2):
+        with pytest.raises(OSError, match="no such file"):
+            memo(["missing"])
+    assert calls == [["a", "1"], ["missing"]]

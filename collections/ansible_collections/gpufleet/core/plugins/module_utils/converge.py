@@ -281,12 +281,14 @@ def check(stamp_dir, role, digest, watch, runner, remove=True):
 
 def record(stamp_dir, role, digest, watch, exports, runner, write=True):
     # type: (str, str, str, Dict[str, Any], Dict[str, Any], Runner, bool) -> bool
-    """Write the stamp (atomically, mode 0600); True when its content changed."""
+    """Write the stamp (atomically, mode 0600); True when its content changed. The stamp
+    keeps the watch list too, so that survey() can observe it without the role."""
     path = stamp_path(stamp_dir, role)
     data = {
         "schema": STAMP_SCHEMA,
         "role": role,
         "digest": digest,
+        "watch": watch,
         "observed": observe(watch, runner),
         "exports": exports,
     }
@@ -303,6 +305,72 @@ def record(stamp_dir, role, digest, watch, exports, runner, write=True):
         os.makedirs(stamp_dir, 0o700)
     _write_atomic(path, text)
     return True
+
+
+def memo_runner(runner):
+    # type: (Runner) -> Runner
+    """The runner, running each argv once: one survey observes several roles' watch lists,
+    which share commands (rpm --eval, systemctl on the same unit)."""
+    done = {}  # type: Dict[Tuple[str, ...], Tuple[int, str, str]]
+    failed = {}  # type: Dict[Tuple[str, ...], OSError]
+
+    def run(argv):
+        # type: (List[str]) -> Tuple[int, str, str]
+        key = tuple(argv)
+        if key in failed:
+            raise failed[key]
+        if key not in done:
+            try:
+                done[key] = runner(list(argv))
+            except OSError as exc:
+                failed[key] = exc
+                raise
+        return done[key]
+
+    return run
+
+
+def survey(stamp_dir, runner):
+    # type: (str, Runner) -> Dict[str, Any]
+    """Every role's check at once, for the roles' gates to use (one node call per node
+    instead of one per role). For each stamp: its digest and watch list as recorded, and
+    whether a fresh observation of that watch list equals the recorded one (with the
+    reason when not) and its exports. ``settled``: every stamp that watches the rpm
+    database holds the database as it is now, so settle() would change nothing.
+
+    Read-only: a stamp that would not pass stays; the role's own check (which the gate
+    falls back to whenever the survey does not answer yes) removes it."""
+    roles = {}  # type: Dict[str, Any]
+    run = memo_runner(runner)
+    settled = True
+    now_rpmdb = None  # type: Dict[str, str] | None
+    names = sorted(os.listdir(stamp_dir)) if os.path.isdir(stamp_dir) else []
+    for name in names:
+        if not name.endswith(".json") or not name[: -len(".json")].replace("_", "").isalnum():
+            continue
+        role = name[: -len(".json")]
+        stamp = read_stamp(os.path.join(stamp_dir, name))
+        if stamp is None:
+            continue  # unreadable or foreign: no stamp (the role's check says so)
+        recorded_rpmdb = (stamp.get("observed") or {}).get("rpmdb")
+        if recorded_rpmdb:
+            if now_rpmdb is None:
+                now_rpmdb = observe_rpmdb(run)
+            settled = settled and recorded_rpmdb == now_rpmdb
+        if not isinstance(stamp.get("watch"), dict):
+            continue  # recorded before stamps kept their watch list: the role checks itself
+        try:
+            diff = first_difference(stamp.get("observed", {}), observe(stamp["watch"], run))
+        except ValueError as exc:
+            diff = "cannot observe the recorded watch list: %s" % exc
+        roles[role] = {
+            "digest": stamp.get("digest"),
+            "watch": stamp["watch"],
+            "converged": not diff,
+            "reason": "the node drifted: %s" % diff if diff else "",
+            "exports": stamp.get("exports", {}) if not diff else {},
+        }
+    return {"roles": roles, "settled": settled}
 
 
 def settle(stamp_dir, runner, write=True):

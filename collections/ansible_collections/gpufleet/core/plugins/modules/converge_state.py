@@ -24,6 +24,12 @@ description:
   - With O(state=settle), at the end of a provisioning run that succeeded on the node,
     every stamp's rpm database identity is set to the database as the run leaves it (later
     roles of the same run install packages too; those are not drift).
+  - With O(state=survey), at the start of the provisioning play, it makes every role's
+    node-side check at once, from the watch lists the stamps recorded, and changes
+    nothing. The action plugin then answers a role's O(state=check) from the survey
+    without a node call when the survey found that role's stamp with the same digest and
+    watch list and no drift, and no role has run in full on the node since the survey;
+    otherwise the check runs on the node as without a survey.
   - The stamp is gpufleet's own bookkeeping (mode 0600 under O(stamp_dir)), not a change to
     the node's configuration: neither writing nor removing it reports C(changed) (the
     C(written) return value says whether a record wrote one), so a rerun's recap counts
@@ -37,9 +43,9 @@ options:
   state:
     description:
       - C(check) before the role, C(record) after a full run of it, C(settle) at the end of
-        the provisioning run.
+        the provisioning run, C(survey) at its start.
     type: str
-    choices: [check, record, settle]
+    choices: [check, record, settle, survey]
     required: true
   digest:
     description: The inputs digest. Set by the action plugin; not for playbooks.
@@ -71,6 +77,13 @@ options:
     description: Where the stamps live on the node.
     type: path
     default: /var/lib/gpufleet/converge
+  survey:
+    description:
+      - With O(state=check) and O(state=settle), the registered result of this play's
+        O(state=survey) task (or V({}) without one). Read by the action plugin on the
+        controller; never sent to the node.
+    type: dict
+    default: {}
 author:
   - gpufleet contributors
 """
@@ -104,6 +117,17 @@ settled:
   type: list
   elements: str
   returned: when state=settle
+survey:
+  description:
+    - With state=survey, C(roles) (per stamp with a watch list: C(digest), C(watch),
+      C(converged), C(reason), C(exports)), C(settled) (every stamp holds the rpm database
+      as it is now) and C(nonce) (set by the action plugin; identifies this survey).
+  type: dict
+  returned: when state=survey
+surveyed:
+  description: With state=check and state=settle, true when the survey answered (no node call).
+  type: bool
+  returned: when state=check or state=settle
 written:
   description: With state=record, whether the stamp's content changed (written outside check mode).
   type: bool
@@ -119,6 +143,7 @@ from ansible_collections.gpufleet.core.plugins.module_utils.converge import (
     check,
     record,
     settle,
+    survey,
 )
 
 
@@ -126,7 +151,7 @@ def main():  # type: () -> None
     module = AnsibleModule(
         argument_spec=dict(
             role=dict(type="str"),
-            state=dict(type="str", required=True, choices=["check", "record", "settle"]),
+            state=dict(type="str", required=True, choices=["check", "record", "settle", "survey"]),
             digest=dict(type="str"),
             watch=dict(type="dict", default={}),
             exports=dict(type="dict", default={}),
@@ -147,6 +172,8 @@ def main():  # type: () -> None
         return int(rc), str(out), str(err)
 
     try:
+        if p["state"] == "survey":
+            module.exit_json(changed=False, survey=survey(p["stamp_dir"], runner))
         if p["state"] == "settle":
             settled = settle(p["stamp_dir"], runner, write=not module.check_mode)
             module.exit_json(changed=False, settled=settled)
