@@ -122,7 +122,8 @@ def test_a_survey_answers_a_converged_role_without_a_node_call(
 
 
 @pytest.mark.parametrize(
-    "case", ["digest", "watch", "drift", "unknown_role", "off", "no_survey", "failed_survey"]
+    "case",
+    ["digest", "watch", "drift", "unknown_role", "off", "no_survey", "failed_survey", "errored"],
 )
 def test_anything_but_a_plain_yes_asks_the_node(
     node: Node, monkeypatch: pytest.MonkeyPatch, case: str
@@ -145,6 +146,8 @@ def test_anything_but_a_plain_yes_asks_the_node(
         args["survey"] = {}
     elif case == "failed_survey":
         args["survey"] = dict(survey, failed=True)
+    elif case == "errored":  # provision.yml's failed_when: false keeps the node in the play
+        args["survey"] = {"changed": False, "msg": "survey failed", "failed_when_result": False}
     got = _run(node, monkeypatch, args)
     assert "surveyed" not in got
     assert node.calls.count("check") == 1, node.calls
