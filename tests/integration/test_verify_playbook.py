@@ -68,6 +68,32 @@ def test_two_nodes_all_reduce_and_report(repo_root: Path, tmp_path: Path) -> Non
     assert (run / "summary.json").read_text() == before
 
 
+def test_a_limited_run_verifies_the_nodes_it_targets(tmp_path: Path) -> None:
+    """--limit n2,n3: those two are the cluster (n2 the master, as n1 is left out); n1 is
+    neither verified nor reported as a node that dropped out."""
+    inv = write_inventory(tmp_path, n3_extra="")
+    rc, out = run_playbook(
+        "verify.yml",
+        inv,
+        "--limit",
+        "n2,n3",
+        "-e",
+        "verify_run_id=t3",
+        "-e",
+        "verify_run_checks=false",
+        "-e",
+        "verify_run_train=false",
+    )
+    run = tmp_path / "rep" / "t3"
+    assert rc == 0, out[-5000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "pass", summary
+    assert "dropped out" not in out and "n1" not in json.dumps(summary)
+    assert sorted(p.name for p in run.iterdir() if p.is_dir()) == ["n2", "n3"]
+    meta = json.loads((run / "n2" / "allreduce.json").read_text())["meta"]
+    assert meta["nnodes"] == 2 and {x["rank"] for x in meta["ranks"]} == {0, 1, 2, 3}
+
+
 def test_a_node_held_by_another_run_is_named_and_nothing_starts(
     repo_root: Path, tmp_path: Path
 ) -> None:
