@@ -245,6 +245,32 @@ def read_stamp(path):
     return data
 
 
+def drift(stamp, watch, runner):
+    # type: (Dict[str, Any], Dict[str, Any], Runner) -> str
+    """'the node drifted: <first difference>' between the stamp's observation and the
+    watch list as observed now; '' when they are equal."""
+    diff = first_difference(stamp.get("observed", {}), observe(watch, runner))
+    return "the node drifted: %s" % diff if diff else ""
+
+
+def stamps(stamp_dir):
+    # type: (str) -> List[Tuple[str, str, Dict[str, Any]]]
+    """(role, path, stamp) for every readable stamp in the directory, by role name; files
+    whose name is no role name, unreadable and foreign files are no stamps."""
+    if not os.path.isdir(stamp_dir):
+        return []
+    found = []
+    for name in sorted(os.listdir(stamp_dir)):
+        role = name[: -len(".json")]
+        if not name.endswith(".json") or not role.replace("_", "").isalnum():
+            continue
+        path = os.path.join(stamp_dir, name)
+        stamp = read_stamp(path)
+        if stamp is not None:
+            found.append((role, path, stamp))
+    return found
+
+
 def check(stamp_dir, role, digest, watch, runner, remove=True):
     # type: (str, str, str, Dict[str, Any], Runner, bool) -> Dict[str, Any]
     """{converged, reason, exports, removed}. Not converged: the stamp is removed (unless
@@ -259,9 +285,7 @@ def check(stamp_dir, role, digest, watch, runner, remove=True):
             "inputs changed since the last full run (variables, plan, facts, role or plugin code)"
         )
     else:
-        diff = first_difference(stamp.get("observed", {}), observe(watch, runner))
-        if diff:
-            reason = "the node drifted: %s" % diff
+        reason = drift(stamp, watch, runner)
     if not reason and stamp is not None:
         return {
             "converged": True,
@@ -342,35 +366,22 @@ def survey(stamp_dir, runner):
     falls back to whenever the survey does not answer yes) removes it."""
     roles = {}  # type: Dict[str, Any]
     run = memo_runner(runner)
-    settled = True
-    now_rpmdb = None  # type: Dict[str, str] | None
-    names = sorted(os.listdir(stamp_dir)) if os.path.isdir(stamp_dir) else []
-    for name in names:
-        if not name.endswith(".json") or not name[: -len(".json")].replace("_", "").isalnum():
-            continue
-        role = name[: -len(".json")]
-        stamp = read_stamp(os.path.join(stamp_dir, name))
-        if stamp is None:
-            continue  # unreadable or foreign: no stamp (the role's check says so)
-        recorded_rpmdb = (stamp.get("observed") or {}).get("rpmdb")
-        if recorded_rpmdb:
-            if now_rpmdb is None:
-                now_rpmdb = observe_rpmdb(run)
-            settled = settled and recorded_rpmdb == now_rpmdb
+    for role, _path, stamp in stamps(stamp_dir):
         if not isinstance(stamp.get("watch"), dict):
             continue  # recorded before stamps kept their watch list: the role checks itself
         try:
-            diff = first_difference(stamp.get("observed", {}), observe(stamp["watch"], run))
+            reason = drift(stamp, stamp["watch"], run)
         except ValueError as exc:
-            diff = "cannot observe the recorded watch list: %s" % exc
+            reason = "the node drifted: cannot observe the recorded watch list: %s" % exc
         roles[role] = {
             "digest": stamp.get("digest"),
             "watch": stamp["watch"],
-            "converged": not diff,
-            "reason": "the node drifted: %s" % diff if diff else "",
-            "exports": stamp.get("exports", {}) if not diff else {},
+            "converged": not reason,
+            "reason": reason,
+            "exports": {} if reason else stamp.get("exports", {}),
         }
-    return {"roles": roles, "settled": settled}
+    # settle's own answer, without writing (the memo runner asks rpm once for both)
+    return {"roles": roles, "settled": not settle(stamp_dir, run, write=False)}
 
 
 def settle(stamp_dir, runner, write=True):
@@ -381,21 +392,18 @@ def settle(stamp_dir, runner, write=True):
     firewalld); those are gpufleet's own transactions, not drift. Any rpm transaction
     after the run still moves the identity and runs the roles in full. Returns the roles
     whose stamp changed."""
-    if not os.path.isdir(stamp_dir):
+    found = stamps(stamp_dir)
+    if not found:
         return []
     now = observe_rpmdb(runner)
     settled = []
-    for name in sorted(os.listdir(stamp_dir)):
-        if not name.endswith(".json"):
-            continue
-        path = os.path.join(stamp_dir, name)
-        stamp = read_stamp(path)
-        if stamp is None or not (stamp.get("observed") or {}).get("rpmdb"):
-            continue  # a broken stamp stays broken (no stamp); a role without rpmdb watch
+    for role, path, stamp in found:
+        if not (stamp.get("observed") or {}).get("rpmdb"):
+            continue  # a role without rpmdb watch (a broken stamp is no stamp at all)
         if stamp["observed"]["rpmdb"] == now:
             continue
         stamp["observed"]["rpmdb"] = now
-        settled.append(name[: -len(".json")])
+        settled.append(role)
         if write:
             _write_atomic(path, json.dumps(stamp, sort_keys=True, indent=1) + "\n")
     return settled
