@@ -1767,10 +1767,7 @@ def node_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
 def validation_tasks() -> set[str]:
     """Names of the tasks that make up the validation layer (check play, check_inputs)."""
     names = {t["name"] for play in yaml.safe_load(CHECK_PLAY.read_text()) for t in play["tasks"]}
-    files = [
-        *REPO.glob("roles/*/tasks/check_inputs.yml"),
-        REPO / "roles/preflight/tasks/validate.yml",
-    ]
+    files = [CHECK_NODE, *REPO.glob("roles/*/tasks/check_inputs.yml")]
     for path in files:
         names |= {t["name"] for t in yaml.safe_load(path.read_text()) or []}
     # python_bootstrap refuses unsupported systems with preflight's refuse.yml

@@ -45,3 +45,16 @@ def test_the_repository_enables_it() -> None:
     cfg.read(REPO / "ansible.cfg")
     enabled = [c.strip() for c in cfg["defaults"]["callbacks_enabled"].split(",")]
     assert "gpufleet.core.preload" in enabled
+
+
+def test_the_role_files_check_inputs_reads_are_parsed_at_playbook_start() -> None:
+    from types import SimpleNamespace
+
+    from ansible_collections.gpufleet.core.plugins.plugin_utils import rolefiles
+
+    rolefiles._CACHE.clear()
+    preload.CallbackModule().v2_playbook_on_start(SimpleNamespace(_basedir=str(REPO / "playbooks")))
+    parsed = {Path(key[0]) for key in rolefiles._CACHE}
+    for role in ("preflight", "torch_env", "gpufleet_common", "verify"):
+        assert REPO / "roles" / role / "meta" / "argument_specs.yml" in parsed, role
+        assert REPO / "roles" / role / "defaults" / "main.yml" in parsed, role

@@ -25,9 +25,9 @@ type: aggregate
 short_description: Load gpufleet.core's filter, test and action plugins before workers fork
 description:
   - Loads every filter, test and action plugin of the gpufleet.core collection (and the
-    gpufleet modules they import) in the controller's main process when the playbook
-    starts, so that the worker forked for each host and task inherits them instead of
-    loading them again.
+    gpufleet modules they import), and parses the role files that gpufleet.core.check_inputs
+    reads, in the controller's main process when the playbook starts, so that the worker
+    forked for each host and task inherits them instead of loading them again.
   - Changes no result; a plugin that fails to load here is left for its task to report.
   - Enabled in the repository's ansible.cfg (C(callbacks_enabled)).
 requirements:
@@ -72,3 +72,11 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
     def v2_playbook_on_start(self, playbook: Any) -> None:
         for problem in preload():
             display.vvv(f"gpufleet.core.preload: not preloaded: {problem}")
+        # the role files gpufleet.core.check_inputs reads for every node
+        from ansible import constants as C
+        from ansible_collections.gpufleet.core.plugins.plugin_utils import rolefiles
+
+        base = Path(str(getattr(playbook, "_basedir", ".") or "."))
+        dirs = [base / "roles", base.parent / "roles"]
+        dirs += [Path(str(p)) for p in C.DEFAULT_ROLES_PATH]
+        display.vvv(f"gpufleet.core.preload: {rolefiles.warm(dirs)} role files parsed")
