@@ -149,7 +149,13 @@ def test_check_inputs_is_the_first_task_file(role: str) -> None:
     """Bad input stops a role before it does anything, however the role is entered."""
     tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
     first = tasks[0]
-    if "ansible.builtin.include_tasks" in first:
+    if "gpufleet.core.converge_state" in first:
+        # a gated role: its gate checks the variables before it looks at the node (the same
+        # check as tasks/check_inputs.yml), unless check_inventory.yml did in this run
+        assert first["gpufleet.core.converge_state"].get("check_inputs") is True, (role, first)
+        entry = yaml.safe_load((REPO / "roles" / role / "tasks" / "check_inputs.yml").read_text())
+        assert [t.get("gpufleet.core.check_inputs") for t in entry] == [{"roles": [role]}], entry
+    elif "ansible.builtin.include_tasks" in first:
         # skipped only where check_inventory.yml checked this role's variables in this run
         # (provision.yml's first play: playbooks/tasks/check_node.yml notes the roles)
         assert first["ansible.builtin.include_tasks"] == "check_inputs.yml", (role, first)
@@ -178,15 +184,16 @@ def test_gated_role_checks_runs_in_full_and_records_last(role: str) -> None:
     when converged, full.yml only when not; full.yml records the stamp as its last task,
     after the handlers, with the gate's digest (docs/performance.md)."""
     main = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
-    gate = main[1]
+    gate = main[0]
     args = gate["gpufleet.core.converge_state"]
     assert args["role"] == role and args["state"] == "check", gate
+    assert args["check_inputs"] is True, "the gate checks the role's variables first"
     assert args["watch"] == f"{{{{ __{role}_converge_watch }}}}"
     assert args["enabled"] == "{{ gpufleet_converge_fast | bool }}"
     # answered from provision.yml's survey where it can, else a check on the node
     assert args["survey"] == "{{ __gpufleet_converge_survey | default({}) }}"
     assert gate["register"] == f"__{role}_gate"
-    rest = main[2:]
+    rest = main[1:]
     assert rest[-1]["ansible.builtin.include_tasks"] == "full.yml"
     assert rest[-1]["when"] == f"not __{role}_gate.converged"
     # converged: the role ends in the controller (a meta task runs no worker per node)

@@ -3,42 +3,19 @@
 playbooks/check_inventory.yml used to include each role's ``check_inputs`` entry point
 per node: an argument-spec task, the shared variables' spec and one or more value checks
 per role, about 20 task results per node on every provision and verify run (each a worker
-process on the controller). This action does the same work in one: for each role it takes
-the role's defaults and those of its dependencies (``meta/main.yml``), lets the task's
-variables override them (inventory, play, extra and task variables win over role
-defaults, as in a role), templates them, validates them with Ansible's
-``ArgumentSpecValidator`` against the role's ``check_inputs`` spec (the role's ``main``
-spec for a dependency), and runs :func:`gpufleet.inputcheck.value_problems`. A role whose
-spec fails is not value-checked (its values may not have the type the checks expect).
+process on the controller). This action does the same work in one
+(plugin_utils.inputs.RoleInputs, which converge_state's gates share).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import yaml
-from ansible import constants as C
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.plugins.action import ActionBase
-from ansible_collections.gpufleet.core.plugins.plugin_utils import rolefiles
-from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import gpufleet_required_by
+from ansible_collections.gpufleet.core.plugins.plugin_utils.inputs import RoleInputs
 
 _MODULE = "gpufleet.core.check_inputs"
-
-
-def role_dirs(task_vars: dict[str, Any]) -> list[Path]:
-    """Where role names are looked up, as Ansible does: the play's roles/, the play's
-    directory, the configured roles_path, and the current role's parent."""
-    out: list[Path] = []
-    play_dir = task_vars.get("playbook_dir")
-    if play_dir:
-        out += [Path(str(play_dir)) / "roles", Path(str(play_dir))]
-    out += [Path(str(p)) for p in C.DEFAULT_ROLES_PATH]
-    if task_vars.get("role_path"):
-        out.append(Path(str(task_vars["role_path"])).parent)
-    return out
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hints
@@ -48,123 +25,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)
-        with gpufleet_required_by(_MODULE):
-            from gpufleet.inputcheck import value_problems
         roles = self._task.args.get("roles")
         if not isinstance(roles, list) or not roles or not all(isinstance(r, str) for r in roles):
             raise AnsibleActionFail(f"{_MODULE}: roles must be a non-empty list of role names")
-        host = str(task_vars.get("inventory_hostname", ""))
-        groups = task_vars.get("groups") or {}
-        dirs = role_dirs(task_vars)
-        problems: list[str] = []
-        checked: list[str] = []
-        for role in roles:
-            path = self._find(role, dirs)
-            deps = [(d, self._find(d, dirs)) for d in self._dependencies(path)]
-            for dep, dep_path in deps:
-                if dep not in checked:  # a dependency's main spec, once per node
-                    problems += self._resolve(dep, dep_path, [dep_path], task_vars, "main")[1]
-                    checked.append(dep)
-            chain = [p for _, p in deps] + [path]
-            values, bad = self._resolve(role, path, chain, task_vars, "check_inputs")
-            problems += bad
-            checked.append(role)
-            if not bad:
-                problems += value_problems(role, values, host, groups)
+        checked, problems = RoleInputs(_MODULE, self._loader, self._templar).check(roles, task_vars)
         result.update({"changed": False, "checked": checked, "problems": problems})
         if problems:
             result["failed"] = True
             result["msg"] = "\n".join(problems)
         return result
-
-    # --- roles on disk -------------------------------------------------------------------
-    def _find(self, role: str, dirs: list[Path]) -> Path:
-        for d in dirs:
-            if (d / role / "meta").is_dir() or (d / role / "tasks").is_dir():
-                return d / role
-        raise AnsibleActionFail(
-            f"{_MODULE}: role {role!r} not found in {', '.join(str(d) for d in dirs)}"
-        )
-
-    def _yaml(self, path: Path, templates: bool = False) -> Any:
-        """A role file; ``templates``: its strings may be rendered (role defaults are, as
-        when the role runs). Parsed once per process (plugin_utils.rolefiles); YAML that
-        only Ansible's loader reads goes through it."""
-        try:
-            return rolefiles.load(path, templates)
-        except yaml.YAMLError:
-            pass
-        if not templates:
-            return self._loader.load_from_file(str(path))
-        try:
-            return self._loader.load_from_file(str(path), trusted_as_template=True)
-        except TypeError:  # ansible-core before 2.19 renders every string
-            return self._loader.load_from_file(str(path))
-
-    def _dependencies(self, path: Path) -> list[str]:
-        meta = self._yaml(path / "meta" / "main.yml") or {}
-        out = []
-        for dep in meta.get("dependencies") or []:
-            name = dep.get("role", dep.get("name")) if isinstance(dep, dict) else dep
-            out.append(str(name))
-        return out
-
-    def _spec(self, role: str, path: Path, entry: str) -> dict[str, Any]:
-        specs = (self._yaml(path / "meta" / "argument_specs.yml") or {}).get("argument_specs")
-        spec = (specs or {}).get(entry)
-        if not isinstance(spec, dict):
-            raise AnsibleActionFail(f"{_MODULE}: role {role} has no {entry!r} argument spec")
-        return dict(spec.get("options") or {})
-
-    # --- one role's variables --------------------------------------------------------------
-    def _variables(self, chain: list[Path], task_vars: dict[str, Any]) -> dict[str, Any]:
-        """Role defaults (dependencies first) overridden by the task's variables."""
-        merged: dict[str, Any] = {}
-        for path in chain:
-            merged.update(self._yaml(path / "defaults" / "main.yml", templates=True) or {})
-        merged.update(task_vars)
-        return merged
-
-    def _resolve(
-        self,
-        role: str,
-        path: Path,
-        chain: list[Path],
-        task_vars: dict[str, Any],
-        entry: str,
-    ) -> tuple[dict[str, Any], list[str]]:
-        """(the role's variables templated, the problems of its argument spec)."""
-        with gpufleet_required_by(_MODULE):
-            from gpufleet.inputcheck import own_names
-        host = str(task_vars.get("inventory_hostname", ""))
-        spec = self._spec(role, path, entry)
-        variables = self._variables(chain, task_vars)
-        templar = self._templar.copy_with_new_env(available_variables=variables)
-        names = set(spec) | set(own_names(role, variables))
-        if role == "preflight":
-            names |= {
-                "preflight_torch_version",
-                "preflight_cuda_variant",
-                "preflight_python_version",
-            }
-        if role == "cluster_network":
-            names |= {"cluster_network_cidr", "cluster_network_address", "cluster_network_group"}
-        values: dict[str, Any] = {}
-        problems: list[str] = []
-        for name in sorted(names):
-            if name not in variables:
-                continue
-            try:
-                values[name] = templar.template(variables[name])
-            except Exception as exc:  # any templating error names the variable
-                problems.append(f"{host}: {name} cannot be templated ({role}): {exc}")
-        if problems:
-            return values, problems
-        checked = ArgumentSpecValidator(spec).validate(
-            {n: values[n] for n in spec if n in values}, validate_role_argument_spec=True
-        )
-        problems += [
-            f"{host}: role {role}, variables failed their argument spec ({entry}): {msg}"
-            for msg in checked.error_messages
-        ]
-        return values, problems

@@ -17,6 +17,11 @@ the fact ``__gpufleet_converge_spent``): a full run may change what later roles 
 they check on the node again. ``state: settle`` skips its node call the same way when the
 survey found every stamp holding the rpm database as it is. Any other case runs the
 module as before.
+
+``check_inputs: true`` (the gated roles' gate, their first task) checks the role's variables
+against its check_inputs entry point first, as gpufleet.core.check_inputs does, unless
+check_inventory.yml did so in this run: one task per role and node where an include of
+check_inputs.yml, skipped in every playbook run, stood before.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import gpufleet_required_by
+from ansible_collections.gpufleet.core.plugins.plugin_utils.inputs import RoleInputs
 
 _PLUGINS_DIR = Path(__file__).resolve().parents[1]
 _MODULE = "gpufleet.core.converge_state"
@@ -89,6 +95,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             "stamp_dir",
             "digest",
             "survey",
+            "check_inputs",
         }
     )
 
@@ -97,6 +104,18 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         result: dict[str, Any] = super().run(tmp, task_vars)
         args = dict(self._task.args)
         role = str(args.get("role", ""))
+        # the role's variables first, before the node is looked at, unless check_inventory.yml
+        # checked them in this run (playbooks/tasks/check_node.yml)
+        checked = task_vars.get("__gpufleet_inputs_checked") or []
+        if (
+            boolean(args.pop("check_inputs", False))
+            and args.get("state") == "check"
+            and role not in checked
+        ):
+            _, problems = RoleInputs(_MODULE, self._loader, self._templar).check([role], task_vars)
+            if problems:
+                result.update(failed=True, msg="\n".join(problems), problems=problems)
+                return result
         with gpufleet_required_by(_MODULE):
             from gpufleet.converge import inputs_digest, relevant_names
         if args.get("state") in ("check", "record") and not args.get("digest"):

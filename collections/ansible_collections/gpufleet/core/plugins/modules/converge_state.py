@@ -77,6 +77,14 @@ options:
     description: Where the stamps live on the node.
     type: path
     default: /var/lib/gpufleet/converge
+  check_inputs:
+    description:
+      - With O(state=check), check the role's variables against its C(check_inputs) entry
+        point first (argument spec and value checks, as M(gpufleet.core.check_inputs) does),
+        on the controller and before the node is looked at; skipped where
+        C(playbooks/check_inventory.yml) checked the role in this run. Never sent to the node.
+    type: bool
+    default: false
   survey:
     description:
       - With O(state=check) and O(state=settle), the registered result of this play's
