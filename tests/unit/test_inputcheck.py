@@ -147,6 +147,7 @@ def test_defaults_are_marked_as_templates_and_other_files_are_not(tmp_path: Path
     f = tmp_path / "main.yml"
     f.write_text("x: '{{ y }}'\nl: ['{{ z }}']\n", encoding="utf-8")
     trusted = rolefiles.load(f, templates=True)
+    assert rolefiles.load(f, templates=True) is trusted  # marked once, then cached
     assert is_trusted_as_template(trusted["x"]) and is_trusted_as_template(trusted["l"][0])
     assert not is_trusted_as_template(rolefiles.load(f)["x"])
 

@@ -55,6 +55,9 @@ def test_the_role_files_check_inputs_reads_are_parsed_at_playbook_start() -> Non
     rolefiles._CACHE.clear()
     preload.CallbackModule().v2_playbook_on_start(SimpleNamespace(_basedir=str(REPO / "playbooks")))
     parsed = {Path(key[0]) for key in rolefiles._CACHE}
+    # the defaults as check_inputs reads them (marked as templates), the rest as they are
+    trusted = {Path(key[0]) for key in rolefiles._CACHE if key[3]}
+    assert trusted == {p for p in parsed if p.parts[-2:] == ("defaults", "main.yml")}
     for role in ("preflight", "torch_env", "gpufleet_common", "verify"):
         assert REPO / "roles" / role / "meta" / "argument_specs.yml" in parsed, role
         assert REPO / "roles" / role / "defaults" / "main.yml" in parsed, role

@@ -72,11 +72,10 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
     def v2_playbook_on_start(self, playbook: Any) -> None:
         for problem in preload():
             display.vvv(f"gpufleet.core.preload: not preloaded: {problem}")
-        # the role files gpufleet.core.check_inputs reads for every node
-        from ansible import constants as C
+        # the role files gpufleet.core.check_inputs reads for every node, found where it
+        # looks for them
         from ansible_collections.gpufleet.core.plugins.plugin_utils import rolefiles
+        from ansible_collections.gpufleet.core.plugins.plugin_utils.inputs import role_dirs
 
-        base = Path(str(getattr(playbook, "_basedir", ".") or "."))
-        dirs = [base / "roles", base.parent / "roles"]
-        dirs += [Path(str(p)) for p in C.DEFAULT_ROLES_PATH]
+        dirs = role_dirs(getattr(playbook, "_basedir", None))
         display.vvv(f"gpufleet.core.preload: {rolefiles.warm(dirs)} role files parsed")

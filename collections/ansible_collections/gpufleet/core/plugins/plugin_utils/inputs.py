@@ -22,17 +22,16 @@ from ansible_collections.gpufleet.core.plugins.plugin_utils import rolefiles
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import gpufleet_required_by
 
 
-def role_dirs(task_vars: dict[str, Any]) -> list[Path]:
+def role_dirs(playbook_dir: object = None, role_path: object = None) -> list[Path]:
     """Where role names are looked up, as Ansible does: the play's roles/, the play's
-    directory, the configured roles_path, and the current role's parent."""
+    directory, the configured roles_path, and the current role's parent; each once."""
     out: list[Path] = []
-    play_dir = task_vars.get("playbook_dir")
-    if play_dir:
-        out += [Path(str(play_dir)) / "roles", Path(str(play_dir))]
+    if playbook_dir:
+        out += [Path(str(playbook_dir)) / "roles", Path(str(playbook_dir))]
     out += [Path(str(p)) for p in C.DEFAULT_ROLES_PATH]
-    if task_vars.get("role_path"):
-        out.append(Path(str(task_vars["role_path"])).parent)
-    return out
+    if role_path:
+        out.append(Path(str(role_path)).parent)
+    return list(dict.fromkeys(out))
 
 
 class RoleInputs:
@@ -49,7 +48,7 @@ class RoleInputs:
             from gpufleet.inputcheck import value_problems
         host = str(task_vars.get("inventory_hostname", ""))
         groups = task_vars.get("groups") or {}
-        dirs = role_dirs(task_vars)
+        dirs = role_dirs(task_vars.get("playbook_dir"), task_vars.get("role_path"))
         problems: list[str] = []
         checked: list[str] = []
         for role in roles:

@@ -17,9 +17,11 @@ from typing import Any
 import yaml
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_CACHE: dict[tuple[str, int, int], Any] = {}
+#: (path, mtime, size, templates) -> data; role defaults are kept marked as templates
+_CACHE: dict[tuple[str, int, int, bool], Any] = {}
 #: the files of a role this module serves
-ROLE_FILES = ("defaults/main.yml", "meta/main.yml", "meta/argument_specs.yml")
+DEFAULTS = "defaults/main.yml"
+ROLE_FILES = (DEFAULTS, "meta/main.yml", "meta/argument_specs.yml")
 
 
 def _trusted(data: Any) -> Any:
@@ -45,11 +47,11 @@ def load(path: Path, templates: bool = False) -> Any:
         st = path.stat()
     except FileNotFoundError:
         return None
-    key = (str(path), st.st_mtime_ns, st.st_size)
+    key = (str(path), st.st_mtime_ns, st.st_size, templates)
     if key not in _CACHE:
-        _CACHE[key] = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
-    data = _CACHE[key]
-    return _trusted(data) if templates else data
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER)
+        _CACHE[key] = _trusted(data) if templates else data
+    return _CACHE[key]
 
 
 def warm(role_dirs: Iterable[Path]) -> int:
@@ -62,7 +64,8 @@ def warm(role_dirs: Iterable[Path]) -> int:
         for role in sorted(p for p in d.iterdir() if p.is_dir()):
             for name in ROLE_FILES:
                 try:
-                    count += load(role / name) is not None
+                    # defaults as check_inputs reads them: marked as templates
+                    count += load(role / name, name == DEFAULTS) is not None
                 except (OSError, yaml.YAMLError):
                     continue
     return count
