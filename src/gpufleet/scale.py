@@ -309,9 +309,10 @@ class ScaleModel:
       on the controller (no forks, no CPUs to spread over), reading report_bytes(n) =
       n * (report_node_bytes + report_rank_bytes * n * ranks_per_node): every node's
       all-reduce result lists every rank, so the report grows as n squared;
-    - the SSH launcher starts torchrun as an async job (each start gives its fork back at
-      once), so every node starts within the first waves of starts, and waits with one cheap
-      shell loop per node; the step itself is therefore counted once, not per wave;
+    - the SSH launcher starts torchrun as a detached job (each start gives its fork back
+      once the job has its PID), so every node starts within the first waves of starts,
+      and waits with one cheap shell loop per node; the step itself is therefore counted
+      once, not per wave;
     - localisation(n) = verify(n) + timeout_s (the full run fails at the timeout) +
       rounds(n) * round(n), rounds(n) = ceil(log2 n), each round = timeout_s (the half with
       the bad node waits it out) + step_s + rendezvous of half the ranks + the round's

@@ -68,7 +68,7 @@ OUT = REPO / "reports" / "faults"
 RESULTS: dict[str, dict[str, object]] = {}
 # Timeouts of the verify runs under fault: collective (gloo/NCCL) and rendezvous, seconds.
 TIMEOUT = int(os.environ.get("FAULTS_TIMEOUT", "30"))
-# A verdict may take this long past the timeout: torchrun's teardown, the async poll (1 s),
+# A verdict may take this long past the timeout: torchrun's teardown, the job wait's poll (0.25 s),
 # the kill of the process group, fetch and report (measured ~9 s on the 2-core machine;
 # docs/reliability.md). SSH gives up on a dead node within ~15 s (ansible.cfg ServerAlive),
 # inside the timeout.

@@ -1,8 +1,7 @@
-"""verify filters: the bisection reruns that name the node at fault, the Slurm launcher's
-jobs and task scripts, and the end of an async job as the wait printed it.
+"""verify filters: the bisection reruns that name the node at fault, and the Slurm
+launcher's jobs and task scripts.
 
-Thin adapters over :mod:`gpufleet.report.localise`, :mod:`gpufleet.slurm` and
-:mod:`gpufleet.asyncjob` (imported from
+Thin adapters over :mod:`gpufleet.report.localise` and :mod:`gpufleet.slurm` (imported from
 the controller venv that ``make setup`` builds).
 """
 
@@ -17,7 +16,7 @@ from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
 )
 
 with gpufleet_required():
-    from gpufleet import asyncjob, slurm
+    from gpufleet import slurm
     from gpufleet.errors import GpufleetError
     from gpufleet.report import localise
 
@@ -77,12 +76,6 @@ def slurm_hosts_in_order(slurm_names: Mapping[str, str], order: Sequence[str]) -
     return slurm.hosts_in_order(dict(slurm_names), list(order))
 
 
-def async_job_result(text: object) -> dict[str, Any]:
-    """``wait.stdout | gpufleet.core.async_job_result`` -> what async_status would return
-    for the job whose results file the wait printed (``rc`` -1 when there is no result)."""
-    return asyncjob.job_result(text)
-
-
 class FilterModule:
     """gpufleet.core verify filters."""
 
@@ -95,7 +88,6 @@ class FilterModule:
                 slurm_task_script,
                 slurm_jobs,
                 slurm_hosts_in_order,
-                async_job_result,
             ),
             (TypeError, KeyError, GpufleetError),
         )

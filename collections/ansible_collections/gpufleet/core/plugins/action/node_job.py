@@ -1,0 +1,121 @@
+"""gpufleet.core.node_job: start a detached job on a node, or wait for it, in one plain
+command each (no module shipped, no async wrapper; gpufleet.nodejob has the scripts).
+
+    - gpufleet.core.node_job:
+        state: start
+        dir: /var/lib/gpufleet/verify/<run>/<node>/.jobs
+        name: allreduce
+        argv: [python, -m, gpufleet.workers.supervise, ...]
+
+    - gpufleet.core.node_job:
+        state: wait
+        dir: /var/lib/gpufleet/verify/<run>/<node>/.jobs
+        name: allreduce
+        max_wait: 360                     # seconds; then the job's group is stopped
+        pidfiles: [<run dir>/allreduce.pid]   # more process groups to clean up after it
+
+start returns ``pid``; it fails when the node could not start the job (the reason from the
+node). wait never fails by itself: it returns ``rc`` (the job's exit status, -1 when there
+is none), ``finished``, ``state`` (done, timeout, lost, never-started), ``msg``, ``stdout``,
+``stderr`` and their ``_lines`` (as async_status did), and ``killed`` (the process groups
+it had to stop; ``changed`` when there were any). A node that cannot be reached is
+unreachable, as with any task.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
+    gpufleet_required_by,
+    require_args,
+)
+
+_NAME = "gpufleet.core.node_job"
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hints
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset({"state", "dir", "name", "argv", "max_wait", "pidfiles"})
+
+    def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
+        task_vars = task_vars or {}
+        result: dict[str, Any] = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        require_args(_NAME, args, ("state", "dir", "name"))
+        with gpufleet_required_by(_NAME):
+            from gpufleet import nodejob
+        state = str(args["state"])
+        name = str(args["name"])
+        if "/" in name or name in (".", ".."):
+            raise AnsibleActionFail(f"{_NAME}: name must be a plain file name, got {name!r}")
+        host = str(task_vars.get("inventory_hostname", "?"))
+        if getattr(getattr(self, "_play_context", None), "check_mode", False):
+            result.update(skipped=True, msg=f"{_NAME} starts and waits for nothing in check mode")
+            return result
+        if state == "start":
+            argv = args.get("argv")
+            if not isinstance(argv, list) or not argv:
+                raise AnsibleActionFail(f"{_NAME}: state start needs argv, a non-empty list")
+            # the task's environment (verify's GPUFLEET_RUN_ID), as a module would get it: a
+            # plain command does not, so the job starts under env(1)
+            env = self._environment()
+            prefix = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+            cmd = shlex.join(
+                ["sh", "-c", nodejob.START_SCRIPT, "node-job", str(args["dir"]), name]
+                + prefix
+                + [str(a) for a in argv]
+            )
+            res = self._low_level_execute_command(cmd, sudoable=True)
+            pid = nodejob.started_pid(res.get("stdout") or "")
+            if res.get("rc") != 0 or pid is None:
+                why = (res.get("stderr") or res.get("stdout") or "").strip()[-500:]
+                rc = res.get("rc")
+                raise AnsibleActionFail(
+                    f"{host}: cannot start the job {name} (rc {rc}: {why or 'no output'})"
+                )
+            result.update(changed=True, pid=pid)
+            return result
+        if state == "wait":
+            try:
+                max_wait = int(args.get("max_wait") or 0)
+            except (TypeError, ValueError):
+                raise AnsibleActionFail(f"{_NAME}: max_wait must be an integer") from None
+            if max_wait <= 0:
+                raise AnsibleActionFail(f"{_NAME}: state wait needs max_wait > 0 (seconds)")
+            pidfiles = [str(p) for p in (args.get("pidfiles") or [])]
+            cmd = shlex.join(
+                ["sh", "-c", nodejob.WAIT_SCRIPT, "node-wait", str(args["dir"]), name]
+                + [str(max_wait)]
+                + pidfiles
+            )
+            res = self._low_level_execute_command(cmd, sudoable=True)
+            out = nodejob.parse_wait(res.get("stdout") or "")
+            if res.get("rc") != 0 and not out["finished"]:
+                out["msg"] = (
+                    f"{out['msg']} (wait rc {res.get('rc')}: "
+                    f"{(res.get('stderr') or '').strip()[-300:]})"
+                )
+            result.update(out)
+            # rc is the job's: not this task's verdict (Ansible fails a result whose rc is
+            # not 0 unless it says otherwise); the caller decides from rc and state
+            result["failed"] = False
+            result["changed"] = bool(out["killed"])
+            return result
+        raise AnsibleActionFail(f"{_NAME}: state must be start or wait, got {state!r}")
+
+    def _environment(self) -> dict[str, str]:
+        """The task's ``environment:`` (play, block and task levels merged and templated)."""
+        if not getattr(self._task, "environment", None):
+            return {}
+        env: dict[str, Any] = {}
+        self._compute_environment_string(env)
+        bad = [k for k in env if not _ENV_NAME.match(str(k))]
+        if bad:
+            raise AnsibleActionFail(f"{_NAME}: not an environment variable name: {bad!r}")
+        return {str(k): str(v) for k, v in env.items()}
