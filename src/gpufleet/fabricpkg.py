@@ -27,7 +27,8 @@ Facts (with their public sources, docs/hgx.md):
   flavour of the driver packages requires (NVIDIA/yum-packaging-nvidia-kmod-common).
 
 Pure functions, controller side (filters ``gpufleet.core.fabric_needs``,
-``gpufleet.core.fabricmanager_names``, ``gpufleet.core.fabricmanager_probe``, ...).
+``gpufleet.core.fabricmanager_names``, ...; ``probe_verdict`` through the action
+``gpufleet.core.preflight``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,22 @@
 """Preflight verdicts: observations about one node -> one message per problem.
 
 Each message names the node, the variable (or fact) involved and the fix, so that an admin
-reading the failed play knows what to change without reading the role. Pure function;
-the preflight role gathers the observations read-only and calls this through the filter
-``gpufleet.core.preflight_problems``.
+reading the failed play knows what to change without reading the role. The preflight
+role's node step (action ``gpufleet.core.preflight``) runs :data:`PROBE_SCRIPT` on the
+node, then :func:`observe`, :func:`judge` and :func:`preflight_problems` here; refuse.yml
+calls :func:`preflight_problems` through the filter ``gpufleet.core.preflight_problems``.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from gpufleet import driverchoice, fabricpkg, gpuarch, nodeenv
+from gpufleet import plan as planmod
+from gpufleet.errors import RefusedError
 
 
 def _msg(node: object, variable: object, problem: object, fix: object) -> str:
@@ -187,7 +194,7 @@ def preflight_problems(obs: Mapping[str, Any]) -> list[str]:
     return out
 
 
-#: The line before each section of preflight's one-command probe (roles/preflight/tasks/probes.yml).
+#: The line before each section of preflight's one-command probe (PROBE_SCRIPT).
 PROBE_MARK = "@@gpufleet-probe "
 
 
@@ -222,3 +229,294 @@ def disk_rows(
         item["required_mb"] = int(item.get("required_mb") or 0)
         rows.append(item)
     return rows
+
+
+# --------------------------------------------------------------------------- the node step
+# preflight's probe and its verdicts as one step (action gpufleet.core.preflight): one
+# command on the node, everything else here, on the controller. The task files used to do
+# this in five tasks of Jinja (each task a worker process per node, and the planner run once
+# per reference to it).
+
+#: One command, read-only, every probe of a node (bash: pipefail). Positional parameters:
+#: kernel (uname -r as the facts give it), 1/0 (query kernel-devel), the dnf
+#: --repofrompath argument or "", the env prefix, then "variable path" pairs for free space.
+#: Each section follows a ``PROBE_MARK`` line. The command fails only where listing the PCI
+#: devices fails. kernel-devel: the mirror goes in under a repository id of its own
+#: (gpufleet-base-probe): nvidia_driver writes gpufleet-base.repo, and a
+#: ``--repofrompath=gpufleet-base,...`` beside it makes dnf refuse the whole query ("listed
+#: more than once"). dnf's stderr is kept: a failed query prints "error" and what dnf said,
+#: never "missing".
+PROBE_SCRIPT = r"""
+set -o pipefail
+kernel=$1; kdevel=$2; repofrompath=$3; prefix=$4; shift 4
+rc=0
+section() { printf '@@gpufleet-probe %s\n' "$1"; }
+section lspci
+if command -v lspci >/dev/null 2>&1; then
+  lspci -nn -d 10de: || { echo "lspci -nn -d 10de: failed" >&2; rc=1; }
+else
+  for d in /sys/bus/pci/devices/*; do
+    [ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue
+    c=$(cat "$d/class"); dev=$(cat "$d/device")
+    case "$c" in
+      0x0300*|0x0302*)
+        printf '%s 3D controller [%s]: NVIDIA Corporation Device [10de:%s] (no lspci)\n' \
+          "$(basename "$d" | cut -d: -f2-)" "$(echo "$c" | cut -c3-6)" \
+          "$(echo "$dev" | cut -c3-)" ;;
+      0x0680*)
+        printf '%s Bridge [0680]: NVIDIA Corporation Device [10de:%s] (NVSwitch, no lspci)\n' \
+          "$(basename "$d" | cut -d: -f2-)" "$(echo "$dev" | cut -c3-)" ;;
+    esac
+  done
+fi
+section driver
+cat /sys/module/nvidia/version 2>/dev/null || modinfo -F version nvidia 2>/dev/null || true
+if [ "$kdevel" = 1 ]; then
+  section kernel-devel
+  (
+    spec="kernel-devel-$kernel"
+    if rpm -q "$spec" >/dev/null 2>&1 || rpm -q --whatprovides "$spec" >/dev/null 2>&1; then
+      echo installed; exit 0
+    fi
+    err=$(mktemp) || { echo error; echo "mktemp failed"; exit 0; }
+    trap 'rm -f "$err"' EXIT
+    repo=()
+    [ -n "$repofrompath" ] && repo=("$repofrompath")
+    for how in "" --whatprovides; do
+      if ! out=$(dnf -q -y repoquery "${repo[@]}" $how "$spec" 2>"$err"); then
+        echo error; tail -c 2000 "$err"; exit 0
+      fi
+      if [ -n "$out" ]; then echo available; exit 0; fi
+    done
+    echo missing; tail -c 2000 "$err"
+  )
+fi
+section secure-boot
+if command -v mokutil >/dev/null 2>&1; then
+  mokutil --sb-state 2>&1 || true
+elif [ -d /sys/firmware/efi ]; then
+  echo "efi-without-mokutil"
+else
+  echo "no-efi"
+fi
+# what is installed already (free space is needed only for the rest): the torch builds in
+# the site-packages of the env, the CUDA toolkit packages
+section installed-env
+if [ -x "$prefix/bin/python" ]; then
+  for d in "$prefix"/lib/python*/site-packages/torch-*.dist-info; do
+    [ -d "$d" ] && basename "$d"
+  done
+fi
+section installed-toolkit
+rpm -qa 'cuda-toolkit-*' 2>/dev/null || true
+while [ $# -ge 2 ]; do
+  section "df $1"
+  p=$2
+  while [ ! -e "$p" ]; do p=$(dirname "$p"); done
+  df -Pm "$p" | awk 'NR == 2 { print $4 }' || true
+  shift 2
+done
+exit "$rc"
+"""
+
+
+def probe_argv(
+    kernel: str,
+    kernel_devel: bool,
+    base_repo_baseurl: str,
+    env_prefix: str,
+    disks: Iterable[Mapping[str, Any]] | None,
+) -> list[str]:
+    """The probe command as an argv (``bash -c PROBE_SCRIPT ...``): every value a parameter
+    of its own, nothing of the inventory in the script's text."""
+    repo = f"--repofrompath=gpufleet-base-probe,{base_repo_baseurl}" if base_repo_baseurl else ""
+    argv = ["bash", "-c", PROBE_SCRIPT, "gpufleet-probe", str(kernel)]
+    argv += ["1" if kernel_devel else "0", repo, str(env_prefix)]
+    for d in disks or []:
+        argv += [str(d.get("variable")), str(d.get("path"))]
+    return argv
+
+
+def secure_boot_state(text: str) -> str:
+    """mokutil --sb-state (or the probe's stand-ins) -> enabled/disabled/unsupported/unknown."""
+    if "SecureBoot enabled" in text:
+        return "enabled"
+    if "SecureBoot disabled" in text:
+        return "disabled"
+    if "not supported" in text or text.strip() == "no-efi":
+        return "unsupported"
+    return "unknown"
+
+
+def observe(stdout: str, disks: Iterable[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """The probe's output -> what it saw: gpus, nvswitches, driver (version or ''),
+    kernel_devel (installed/available/missing/error/skipped) and its detail, secure_boot,
+    disks (:func:`disk_rows`), installed_torch (dist-info names), installed_toolkits
+    (package names without version-release)."""
+    sections = probe_sections(stdout)
+    lspci = sections.get("lspci", "")
+    if "kernel-devel" in sections:
+        lines = sections["kernel-devel"].strip().splitlines()
+        kernel_devel = (lines[0].strip() if lines else "") or "skipped"
+        detail = " ".join(lines[1:]).strip()
+    else:
+        kernel_devel, detail = "skipped", ""
+    return {
+        "gpus": [d.to_dict() for d in gpuarch.parse_lspci(lspci)],
+        "nvswitches": fabricpkg.nvswitches_from_lspci(lspci),
+        "driver": sections.get("driver", "").strip(),
+        "kernel_devel": kernel_devel,
+        "kernel_devel_detail": detail,
+        "secure_boot": secure_boot_state(sections.get("secure-boot", "")),
+        "disks": disk_rows(disks, sections),
+        "installed_torch": sections.get("installed-env", "").split(),
+        "installed_toolkits": [
+            re.sub(r"^(.+)-[^-]+-[^-]+$", r"\1", p)
+            for p in sections.get("installed-toolkit", "").split()
+        ],
+    }
+
+
+def judge(node: str, inputs: Mapping[str, Any], seen: Mapping[str, Any]) -> dict[str, Any]:
+    """One node's verdict from its inputs and what :func:`observe` saw.
+
+    ``inputs``: target (:func:`gpufleet.osinfo.el_target` of the facts), torch, variant,
+    python, gpu_archs (the variable: [] = from the PCI bus), plan_installed_driver
+    (auto/always/never), allow_no_gpu, secure_boot_ok, kernel, driver_install, flavor,
+    branch, packaging, compute_only, fabricmanager, nvlsm (nvidia_driver's settings),
+    wheel_variant (torch_env's).
+
+    Returns answer ({plan, refused}), choice (nvidia_driver's overrides; {} where no driver
+    is chosen: no plan, no install, CPU wheel; {error} where the settings cannot work),
+    fabric (:func:`gpufleet.fabricpkg.fabric_needs`), observations (what
+    :func:`preflight_problems` judged, to judge again with a Fabric Manager verdict) and
+    problems. A request the planner cannot even read raises ValueError.
+    """
+    target = inputs["target"]
+    archs = list(inputs.get("gpu_archs") or []) or list(
+        dict.fromkeys(g["arch"] for g in seen["gpus"] if g.get("arch"))
+    )
+    how = inputs.get("plan_installed_driver", "auto")
+    driver_install = bool(inputs.get("driver_install", True))
+    plan_driver = (
+        seen["driver"] if how == "always" or (how == "auto" and not driver_install) else ""
+    )
+    request = {
+        "torch": inputs.get("torch"),
+        "variant": inputs.get("variant"),
+        "os": target.get("os"),
+        "python": inputs.get("python"),
+        "gpu_archs": archs,
+        "driver": plan_driver,
+    }
+    try:
+        req = planmod.PlanRequest.from_mapping(request)
+    except RefusedError as exc:
+        raise ValueError(f"gpufleet.core.plan: {exc}") from None
+    plan: dict[str, Any] | None
+    try:
+        plan, refused = dict(planmod.make_plan(req).to_dict()), None
+    except (RefusedError, ValueError) as exc:
+        plan, refused = None, str(exc)
+
+    choice: dict[str, Any] = {}
+    if plan is not None and driver_install and plan.get("variant") != "cpu":
+        try:
+            choice = driverchoice.driver_choice(
+                plan,
+                target["el_major"],
+                flavor=str(inputs.get("flavor") or ""),
+                branch=str(inputs.get("branch") or ""),
+                packaging=str(inputs.get("packaging") or "dkms"),
+                compute_only=bool(inputs.get("compute_only", False)),
+            )
+        except driverchoice.ChoiceError as exc:
+            choice = {"error": {"variable": exc.variable, "message": exc.message}}
+    fabric = fabricpkg.fabric_needs(
+        seen["nvswitches"],
+        (plan.get("gpu_archs") or []) if plan is not None else [],
+        inputs.get("fabricmanager", "auto"),
+        inputs.get("nvlsm", "auto"),
+    )
+
+    # free space only for what is still to be installed: a node whose env holds the planned
+    # torch build, or whose toolkit package is installed, needs none for that part
+    installed: list[str] = []
+    if plan is not None:
+        build = nodeenv.torch_wheel(plan, str(inputs.get("wheel_variant") or "")).expected_build
+        if build and f"torch-{build}.dist-info" in seen["installed_torch"]:
+            installed.append("preflight_env_free_mb")
+        toolkit = plan.get("toolkit_package") or ""
+        if toolkit and toolkit in seen["installed_toolkits"]:
+            installed.append("preflight_toolkit_free_mb")
+    observations = {
+        "node": node,
+        "target": target,
+        "plan_error": refused,
+        "choice_error": choice.get("error"),
+        "gpus": seen["gpus"],
+        "allow_no_gpu": bool(inputs.get("allow_no_gpu", False)),
+        "gpu_archs_var": list(inputs.get("gpu_archs") or []),
+        "kernel": inputs.get("kernel"),
+        "kernel_devel": seen["kernel_devel"],
+        "kernel_devel_detail": seen["kernel_devel_detail"],
+        "secure_boot": seen["secure_boot"],
+        "secure_boot_ok": bool(inputs.get("secure_boot_ok", False)),
+        "packaging": str(inputs.get("packaging") or "dkms"),
+        "driver_required": driver_install,
+        "fabricmanager": {},
+        "disks": [d for d in seen["disks"] if d.get("variable") not in installed],
+    }
+    return {
+        "answer": {"plan": plan, "refused": refused},
+        "choice": choice,
+        "fabric": fabric,
+        "observations": observations,
+        "problems": preflight_problems(observations),
+    }
+
+
+def fabricmanager_probe_script(
+    el_major: int,
+    repo_url: str,
+    stream: str,
+    fm_names: Iterable[str],
+    nvlsm: Iterable[str],
+    repo_id: str = "gpufleet-cuda-probe",
+) -> str:
+    """NVSwitch nodes: the read-only command that asks the CUDA repository for Fabric
+    Manager of the driver's version (and NVLSM), for
+    :func:`gpufleet.fabricpkg.probe_verdict`. Every value is shell-quoted. The repository
+    goes in under an id of its own (``--repo`` limits the query to it), never the id of the
+    cuda-rhel<N> repository nvidia_driver writes, so a rerun never clashes with it. dnf's
+    stderr is kept: a failed query says "failed" and quotes dnf. EL8/9: ``dnf module
+    info`` lists the stream's artifacts and profiles whether the stream is enabled or not
+    (a repoquery would hide them behind modular filtering); EL10: repoquery."""
+    q = shlex.quote
+    nvlsm = [q(n) for n in nvlsm]
+    lines = [
+        "set -o pipefail",
+        "err=$(mktemp) || exit 1",
+        "trap 'rm -f \"$err\"' EXIT",
+        f"repo=(--repofrompath={q(repo_id)},{q(repo_url)} --repo={q(repo_id)})",
+        "section() {",
+        "  local name=$1 out rc=0",
+        "  shift",
+        '  out=$("$@" 2>"$err") || rc=$?',
+        '  echo "=== $name (rc=$rc)"',
+        '  if [ "$rc" -eq 0 ]; then printf \'%s\\n\' "$out"; else tail -c 2000 "$err"; echo; fi',
+        "}",
+        "v=$(rpm -q --qf '%{VERSION}\\n' nvidia-kmod-common 2>/dev/null | tail -n 1) || v=\"\"",
+        'echo "installed: $v"',
+    ]
+    query = "dnf -q -y \"${repo[@]}\" repoquery --qf '%{name} %{version}'"
+    if int(el_major) in (8, 9):
+        module = q(f"nvidia-driver:{stream}")
+        lines.append(f'section artifacts dnf -q -y "${{repo[@]}}" module info {module}')
+        lines.append(f'section profiles dnf -q -y "${{repo[@]}}" module info --profile {module}')
+        if nvlsm:
+            lines.append(f"section packages {query} {' '.join(nvlsm)}")
+    else:
+        names = ["nvidia-kmod-common", *(q(n) for n in fm_names), *nvlsm]
+        lines.append(f"section packages {query} {' '.join(names)}")
+    return "\n".join(lines) + "\n"

@@ -24,19 +24,19 @@ unreachable, as with any task.
 
 from __future__ import annotations
 
-import re
 import shlex
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
+    env_argv,
     gpufleet_required_by,
     require_args,
+    task_environment,
 )
 
 _NAME = "gpufleet.core.node_job"
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hints
@@ -64,8 +64,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
                 raise AnsibleActionFail(f"{_NAME}: state start needs argv, a non-empty list")
             # the task's environment (verify's GPUFLEET_RUN_ID), as a module would get it: a
             # plain command does not, so the job starts under env(1)
-            env = self._environment()
-            prefix = ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+            prefix = env_argv(task_environment(self, _NAME))
             cmd = shlex.join(
                 ["sh", "-c", nodejob.START_SCRIPT, "node-job", str(args["dir"]), name]
                 + prefix
@@ -108,14 +107,3 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             result["changed"] = bool(out["killed"])
             return result
         raise AnsibleActionFail(f"{_NAME}: state must be start or wait, got {state!r}")
-
-    def _environment(self) -> dict[str, str]:
-        """The task's ``environment:`` (play, block and task levels merged and templated)."""
-        if not getattr(self._task, "environment", None):
-            return {}
-        env: dict[str, Any] = {}
-        self._compute_environment_string(env)
-        bad = [k for k in env if not _ENV_NAME.match(str(k))]
-        if bad:
-            raise AnsibleActionFail(f"{_NAME}: not an environment variable name: {bad!r}")
-        return {str(k): str(v) for k, v in env.items()}

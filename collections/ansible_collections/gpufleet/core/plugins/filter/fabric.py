@@ -9,7 +9,6 @@ gpufleet.core.fabricmanager_tx_specs  (el major, names, branch, nvlsm names, ins
                                       driver version) -> specs of the driver's own transaction
 gpufleet.core.fabricmanager_exact_specs  (names, driver version) -> NAME-VERSION specs
 gpufleet.core.fabricmanager_mismatches   (rpm lines, names, driver version) -> problems
-gpufleet.core.fabricmanager_probe     preflight's probe text -> verdict dict
 gpufleet.core.ib_listing_raw          the roles' sysfs listing -> {hca: {port: {file: text}}}
 gpufleet.core.nccl_ib_hca             that raw form -> active InfiniBand ports for NCCL_IB_HCA
 
@@ -76,18 +75,6 @@ def fabricmanager_mismatches(
     return fabricpkg.version_mismatches(lines, names, str(driver_version))
 
 
-def fabricmanager_probe(
-    text: Any,
-    el_major: int | str,
-    branch: str | None = "",
-    stream: str | None = None,
-    override: Sequence[str] | None = None,
-    nvlsm: Sequence[str] = (),
-    repo: str = "",
-) -> dict[str, Any]:
-    return fabricpkg.probe_verdict(str(text or ""), el_major, branch, stream, override, nvlsm, repo)
-
-
 def ib_listing_raw(text: Any) -> dict[str, Any]:
     return ibports.raw_from_listing(str(text or ""))
 
@@ -108,7 +95,6 @@ class FilterModule:
             fabricmanager_tx_specs,
             fabricmanager_exact_specs,
             fabricmanager_mismatches,
-            fabricmanager_probe,
             ib_listing_raw,
             nccl_ib_hca,
         )

@@ -18,7 +18,7 @@ collection does not need it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ansible.errors import AnsibleFilterError
@@ -132,22 +132,6 @@ def preflight_problems(obs: Mapping[str, Any]) -> list[str]:
     return preflight.preflight_problems(obs)
 
 
-def probe_sections(stdout: str) -> dict[str, str]:
-    """``probe.stdout | gpufleet.core.probe_sections`` -> {section: text} (preflight)."""
-    with gpufleet_required():
-        from gpufleet import preflight
-    return preflight.probe_sections(stdout)
-
-
-def preflight_disks_from(
-    items: Iterable[Mapping[str, Any]] | None, sections: Mapping[str, str]
-) -> list[dict[str, Any]]:
-    """``items | gpufleet.core.preflight_disks_from(sections)`` -> the free-space rows."""
-    with gpufleet_required():
-        from gpufleet import preflight
-    return preflight.disk_rows(items, sections)
-
-
 def nvidia_versionlock_entries(choice: Mapping[str, Any], installed: str | list[str]) -> list[str]:
     with gpufleet_required():
         from gpufleet import driverchoice as dc
@@ -177,8 +161,6 @@ class FilterModule:
             "el_target": el_target_filter,
             "nvidia_driver_choice": nvidia_driver_choice,
             "preflight_problems": preflight_problems,
-            "probe_sections": probe_sections,
-            "preflight_disks_from": preflight_disks_from,
             "nvidia_versionlock_entries": nvidia_versionlock_entries,
             "nvidia_stale_versionlock_entries": nvidia_stale_versionlock_entries,
             "dcgm_packages": dcgm_packages,

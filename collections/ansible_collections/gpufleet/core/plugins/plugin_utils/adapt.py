@@ -7,6 +7,7 @@ into AnsibleFilterError so the task fails with the text that names the variable 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -64,3 +65,26 @@ def as_filters(
         return inner
 
     return {f.__name__: wrap(f) for f in funcs}
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def task_environment(action: Any, name: str) -> dict[str, str]:
+    """An action plugin's task ``environment:`` (play, block and task levels merged and
+    templated), for the plain commands it runs: a module gets it from Ansible, a command
+    run with ``_low_level_execute_command`` does not. Fails on a name that is not an
+    environment variable's."""
+    if not getattr(action._task, "environment", None):
+        return {}
+    env: dict[str, Any] = {}
+    action._compute_environment_string(env)
+    bad = [k for k in env if not _ENV_NAME.match(str(k))]
+    if bad:
+        raise AnsibleActionFail(f"{name}: not an environment variable name: {bad!r}")
+    return {str(k): str(v) for k, v in env.items()}
+
+
+def env_argv(env: dict[str, str]) -> list[str]:
+    """``env K=V ...`` to put in front of an argv ([] when there is nothing to set)."""
+    return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
