@@ -30,16 +30,48 @@ def test_syntax_check(playbook: str) -> None:
     assert result.returncode == 0, output(result)
 
 
+def play_roles(play: dict[str, object]) -> list[tuple[str, bool]]:
+    """(role, validates its argument spec at entry) in the order the play runs them."""
+    out: list[tuple[str, bool]] = []
+    for r in play.get("roles") or []:  # type: ignore[attr-defined]
+        out.append((r["role"] if isinstance(r, dict) else r, True))
+    for section in ("pre_tasks", "tasks", "post_tasks"):
+        for t in play.get(section) or []:  # type: ignore[attr-defined]
+            imp = t.get("ansible.builtin.import_role") or t.get("ansible.builtin.include_role")
+            if imp:
+                out.append((imp["name"], imp.get("rolespec_validate", True) is not False))
+    return out
+
+
 def test_provision_order() -> None:
     plays = yaml.safe_load((REPO / "playbooks" / "provision.yml").read_text())
-    roles = [r["role"] if isinstance(r, dict) else r for p in plays for r in p.get("roles", [])]
+    roles = [r for p in plays for r, _ in play_roles(p)]
     assert tuple(roles) == PROVISION_ROLES
     check, first, *_ = plays
     assert check["ansible.builtin.import_playbook"] == "check_inventory.yml", "input checks first"
     assert first["gather_facts"] is False, "python_bootstrap runs before Python exists"
-    main = next(p for p in plays if "torch_env" in str(p.get("roles")))
+    main = next(p for p in plays if "torch_env" in [r for r, _ in play_roles(p)])
     assert main["any_errors_fatal"] is False
     assert main["serial"] == "{{ gpufleet_provision_serial | default('100%') }}"
+
+
+@pytest.mark.parametrize("name", ["provision.yml", "verify.yml", "run.yml"])
+def test_a_role_skips_its_entry_check_only_where_the_check_play_checked_it(name: str) -> None:
+    """rolespec_validate: false is safe only for a role whose variables check_inventory.yml
+    (imported first, with this playbook's role list) has already checked on every node."""
+    plays = yaml.safe_load((REPO / "playbooks" / name).read_text())
+    check = plays[0]
+    assert check["ansible.builtin.import_playbook"] == "check_inventory.yml", name
+    checked = set(check["vars"]["gpufleet_check_roles"])
+    unvalidated = {r for p in plays[1:] for r, validates in play_roles(p) if not validates}
+    assert unvalidated <= checked, f"{name}: {sorted(unvalidated - checked)} checked nowhere"
+    # and the check play's checks run whatever --tags or --skip-tags a user passes
+    check_play = yaml.safe_load((REPO / "playbooks" / "check_inventory.yml").read_text())[0]
+    for task in check_play["tasks"]:
+        assert "always" in task.get("tags", []), task["name"]
+        include = task.get("ansible.builtin.include_tasks")
+        if isinstance(include, dict):
+            assert "always" in include["apply"]["tags"], task["name"]
 
 
 def test_site_checks_every_role_then_imports_provision_then_verify() -> None:

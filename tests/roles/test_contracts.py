@@ -145,6 +145,16 @@ def test_readme_parser_reads_only_the_variables_section() -> None:
 
 
 @pytest.mark.parametrize("role", [r for r in ROLES if r != "gpufleet_common"])
+def test_the_check_inputs_entry_point_checks_what_the_main_one_does(role: str) -> None:
+    """check_inventory.yml checks each role's check_inputs entry point; the playbooks then
+    import the roles with rolespec_validate: false. That is the same check only while the
+    two entry points declare the same options."""
+    specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    entries = specs["argument_specs"]
+    assert entries["check_inputs"]["options"] == entries["main"]["options"], role
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r != "gpufleet_common"])
 def test_check_inputs_is_the_first_task_file(role: str) -> None:
     """Bad input stops a role before it does anything, however the role is entered."""
     tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
