@@ -52,10 +52,33 @@ def relevant_names(names: Iterable[str], role: str, exclude: Iterable[str] = ())
     return sorted(n for n in names if n.startswith(prefixes) and n not in skip)
 
 
-@lru_cache(maxsize=64)
 def tree_digest(root: str) -> str:
     """sha256 over the relative paths and contents of every file under root (sorted), or of
-    root itself when it is a file. Cached per process: a playbook run reads each tree once."""
+    root itself when it is a file. Cached per process by real path: a playbook run reads
+    each tree once (the preload callback hashes the roles, the collection's plugins and this
+    package in the controller's main process, so that the forked workers inherit them)."""
+    return _tree_digest(os.path.realpath(root))
+
+
+def warm_trees(roots: Iterable[str]) -> int:
+    """Hash each tree into the cache; returns how many could be read."""
+    count = 0
+    for root in roots:
+        try:
+            tree_digest(root)
+        except OSError:
+            continue
+        count += 1
+    return count
+
+
+def clear_digest_cache() -> None:
+    """Forget every tree hashed so far (tests that edit a tree)."""
+    _tree_digest.cache_clear()
+
+
+@lru_cache(maxsize=256)
+def _tree_digest(root: str) -> str:
     top = Path(root)
     h = hashlib.sha256()
     if top.is_file():

@@ -61,7 +61,7 @@ def test_digest_is_stable_and_moves_with_each_input(tmp_path: Path) -> None:
     role = tmp_path / "role"
     (role / "tasks").mkdir(parents=True)
     (role / "tasks" / "main.yml").write_text("---\n- name: a\n")
-    C.tree_digest.cache_clear()
+    C.clear_digest_cache()
 
     def digest(vars_: dict[str, Any], facts: dict[str, Any], extra: dict[str, Any]) -> str:
         return C.inputs_digest("r", vars_, facts, extra, {"role": str(role)})
@@ -82,20 +82,20 @@ def test_digest_is_stable_and_moves_with_each_input(tmp_path: Path) -> None:
     )
     # a role file edited: the tree digest is cached per process, so a new process sees it
     (role / "tasks" / "main.yml").write_text("---\n- name: b\n")
-    C.tree_digest.cache_clear()
+    C.clear_digest_cache()
     assert base != digest({"r_a": 1, "gpufleet_plan": {"variant": "cu128"}}, FACTS, {})
 
 
 def test_tree_digest_ignores_caches_and_names_the_path(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("x = 1\n")
-    C.tree_digest.cache_clear()
+    C.clear_digest_cache()
     before = C.tree_digest(str(tmp_path))
     (tmp_path / "__pycache__").mkdir()
     (tmp_path / "__pycache__" / "a.cpython-311.pyc").write_bytes(b"\0")
-    C.tree_digest.cache_clear()
+    C.clear_digest_cache()
     assert C.tree_digest(str(tmp_path)) == before
     os.rename(tmp_path / "a.py", tmp_path / "b.py")
-    C.tree_digest.cache_clear()
+    C.clear_digest_cache()
     assert C.tree_digest(str(tmp_path)) != before
     assert C.tree_digest(str(tmp_path / "missing")) == "absent"
 

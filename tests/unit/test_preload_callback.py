@@ -6,6 +6,7 @@ from __future__ import annotations
 import configparser
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -61,3 +62,34 @@ def test_the_role_files_check_inputs_reads_are_parsed_at_playbook_start() -> Non
     for role in ("preflight", "torch_env", "gpufleet_common", "verify"):
         assert REPO / "roles" / role / "meta" / "argument_specs.yml" in parsed, role
         assert REPO / "roles" / role / "defaults" / "main.yml" in parsed, role
+
+
+def test_the_trees_converge_state_digests_are_hashed_at_playbook_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each role, the plugins and the package, hashed in the main process; a worker that
+    digests them then reads no file (the cache answers), and gets the same digest."""
+    import gpufleet
+    from gpufleet import converge
+
+    package = str(Path(gpufleet.__file__).resolve().parent)
+    roots = [str(REPO / "roles" / "torch_env"), str(PLUGINS), package]
+    converge.clear_digest_cache()
+    expect = {root: converge.tree_digest(root) for root in roots}  # read from disk
+    converge.clear_digest_cache()
+    preload.CallbackModule().v2_playbook_on_start(SimpleNamespace(_basedir=str(REPO / "playbooks")))
+    hits = converge._tree_digest.cache_info().hits
+
+    def no_reading(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a warmed tree was read again")
+
+    monkeypatch.setattr("gpufleet.converge.os.walk", no_reading)
+    for root, digest in expect.items():
+        assert converge.tree_digest(root) == digest
+    assert converge._tree_digest.cache_info().hits == hits + len(expect)
+    # a path that names the same tree another way hits the same entry
+    assert (
+        converge.tree_digest(str(REPO / "playbooks" / ".." / "roles" / "torch_env"))
+        == expect[str(REPO / "roles" / "torch_env")]
+    )
+    converge.clear_digest_cache()

@@ -25,9 +25,11 @@ type: aggregate
 short_description: Load gpufleet.core's filter, test and action plugins before workers fork
 description:
   - Loads every filter, test and action plugin of the gpufleet.core collection (and the
-    gpufleet modules they import), and parses the role files that gpufleet.core.check_inputs
-    reads, in the controller's main process when the playbook starts, so that the worker
-    forked for each host and task inherits them instead of loading them again.
+    gpufleet modules they import), parses the role files that gpufleet.core.check_inputs
+    reads and hashes the trees that gpufleet.core.converge_state digests (each role, the
+    collection's plugins, the gpufleet package), in the controller's main process when the
+    playbook starts, so that the worker forked for each host and task inherits them instead
+    of doing that work again.
   - Changes no result; a plugin that fails to load here is left for its task to report.
   - Enabled in the repository's ansible.cfg (C(callbacks_enabled)).
 requirements:
@@ -79,3 +81,20 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
 
         dirs = role_dirs(getattr(playbook, "_basedir", None))
         display.vvv(f"gpufleet.core.preload: {rolefiles.warm(dirs)} role files parsed")
+        display.vvv(f"gpufleet.core.preload: {warm_digests(dirs)} trees hashed")
+
+
+def warm_digests(role_dirs: list[Path]) -> int:
+    """The trees gpufleet.core.converge_state hashes into a role's inputs digest on every
+    node (each role, the collection's plugins, the gpufleet package), hashed once here; 0
+    where the gpufleet package is not importable (the task then says so)."""
+    try:
+        import gpufleet
+        from gpufleet.converge import warm_trees
+    except ImportError:
+        return 0
+    roots = [str(_PLUGINS), str(Path(gpufleet.__file__).resolve().parent)]
+    for d in role_dirs:
+        if d.is_dir():
+            roots += [str(p) for p in sorted(d.iterdir()) if (p / "tasks").is_dir()]
+    return warm_trees(roots)
