@@ -65,7 +65,7 @@ def test_the_role_files_check_inputs_reads_are_parsed_at_playbook_start() -> Non
 
 
 def test_the_trees_converge_state_digests_are_hashed_at_playbook_start(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Each role, the plugins and the package, hashed in the main process; a worker that
     digests them then reads no file (the cache answers), and gets the same digest."""
