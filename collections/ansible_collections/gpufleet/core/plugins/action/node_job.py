@@ -24,7 +24,6 @@ unreachable, as with any task.
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
@@ -32,7 +31,9 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
     env_argv,
     gpufleet_required_by,
+    output_tail,
     require_args,
+    run_plain,
     task_environment,
 )
 
@@ -63,17 +64,19 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             if not isinstance(argv, list) or not argv:
                 raise AnsibleActionFail(f"{_NAME}: state start needs argv, a non-empty list")
             # the task's environment (verify's GPUFLEET_RUN_ID), as a module would get it: a
-            # plain command does not, so the job starts under env(1)
+            # plain command does not, so the job starts under env(1), inside the start script
             prefix = env_argv(task_environment(self, _NAME))
-            cmd = shlex.join(
+            res = run_plain(
+                self,
+                _NAME,
                 ["sh", "-c", nodejob.START_SCRIPT, "node-job", str(args["dir"]), name]
                 + prefix
-                + [str(a) for a in argv]
+                + [str(a) for a in argv],
+                env=False,
             )
-            res = self._low_level_execute_command(cmd, sudoable=True)
             pid = nodejob.started_pid(res.get("stdout") or "")
             if res.get("rc") != 0 or pid is None:
-                why = (res.get("stderr") or res.get("stdout") or "").strip()[-500:]
+                why = output_tail(res, 500)
                 rc = res.get("rc")
                 raise AnsibleActionFail(
                     f"{host}: cannot start the job {name} (rc {rc}: {why or 'no output'})"
@@ -88,17 +91,18 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             if max_wait <= 0:
                 raise AnsibleActionFail(f"{_NAME}: state wait needs max_wait > 0 (seconds)")
             pidfiles = [str(p) for p in (args.get("pidfiles") or [])]
-            cmd = shlex.join(
+            res = run_plain(
+                self,
+                _NAME,
                 ["sh", "-c", nodejob.WAIT_SCRIPT, "node-wait", str(args["dir"]), name]
                 + [str(max_wait)]
-                + pidfiles
+                + pidfiles,
+                env=False,
             )
-            res = self._low_level_execute_command(cmd, sudoable=True)
             out = nodejob.parse_wait(res.get("stdout") or "")
             if res.get("rc") != 0 and not out["finished"]:
                 out["msg"] = (
-                    f"{out['msg']} (wait rc {res.get('rc')}: "
-                    f"{(res.get('stderr') or '').strip()[-300:]})"
+                    f"{out['msg']} (wait rc {res.get('rc')}: {output_tail(res, 300, stdout=False)})"
                 )
             result.update(out)
             # rc is the job's: not this task's verdict (Ansible fails a result whose rc is

@@ -38,16 +38,15 @@ gpufleet.preflight.judge: ``answer`` ({plan, refused}), ``choice``, ``fabric``,
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
-    env_argv,
     gpufleet_required_by,
-    task_environment,
+    output_tail,
+    run_plain,
 )
 
 _NAME = "gpufleet.core.preflight"
@@ -119,10 +118,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             inputs["env_prefix"],
             inputs["disks"],
         )
-        cmd = shlex.join(env_argv(task_environment(self, _NAME)) + argv)
-        res = self._low_level_execute_command(cmd, sudoable=True)
+        res = run_plain(self, _NAME, argv)
         if res.get("rc") != 0:
-            why = (res.get("stderr") or res.get("stdout") or "").strip()[-1000:]
+            why = output_tail(res, 1000)
             raise AnsibleActionFail(
                 f"{node}: the preflight probe failed (rc {res.get('rc')}): {why or 'no output'}"
                 " -> fix: run `lspci -nn -d 10de:` on the node and fix what it reports"
@@ -173,12 +171,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         script = preflight.fabricmanager_probe_script(
             el_major, repo_url, str(choice.get("stream") or ""), fm_names, nvlsm
         )
-        env = env_argv(task_environment(self, _NAME))
-        res = self._low_level_execute_command(
-            shlex.join([*env, "bash", "-c", script]), sudoable=True
-        )
+        res = run_plain(self, _NAME, ["bash", "-c", script])
         if res.get("rc") != 0:
-            why = (res.get("stderr") or res.get("stdout") or "").strip()[-1000:]
+            why = output_tail(res, 1000)
             raise AnsibleActionFail(
                 f"{node}: the Fabric Manager repository probe failed (rc {res.get('rc')}): "
                 f"{why or 'no output'}"

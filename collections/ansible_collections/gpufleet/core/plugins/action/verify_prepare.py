@@ -30,6 +30,7 @@ from typing import Any
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
     gpufleet_required_by,
+    output_tail,
     require_args,
 )
 
@@ -83,7 +84,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         res = self._low_level_execute_command(cmd, sudoable=True)
         content, unreadable, run_dir_error = _step1_parse(res.get("stdout") or "")
         if res.get("rc") != 0 and run_dir_error.startswith("the node did not say"):
-            run_dir_error += f" (rc {res.get('rc')}: {(res.get('stderr') or '').strip()[-300:]})"
+            run_dir_error += f" (rc {res.get('rc')}: {output_tail(res, 300, stdout=False)})"
         manifest: dict[str, Any]
         if unreadable:
             manifest = {"data": {}, "error": f"{host}: {manifest_path} cannot be read"}

@@ -8,6 +8,7 @@ into AnsibleFilterError so the task fails with the text that names the variable 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -88,3 +89,19 @@ def task_environment(action: Any, name: str) -> dict[str, str]:
 def env_argv(env: dict[str, str]) -> list[str]:
     """``env K=V ...`` to put in front of an argv ([] when there is nothing to set)."""
     return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
+
+
+def run_plain(action: Any, name: str, argv: list[str], env: bool = True) -> dict[str, Any]:
+    """``argv`` as one plain command on the node (no module shipped; with become when the
+    task has it), under the task's environment unless ``env`` is false."""
+    prefix = env_argv(task_environment(action, name)) if env else []
+    res: dict[str, Any] = action._low_level_execute_command(
+        shlex.join([*prefix, *argv]), sudoable=True
+    )
+    return res
+
+
+def output_tail(res: dict[str, Any], limit: int, stdout: bool = True) -> str:
+    """The end of a command's stderr (else of its stdout, when ``stdout``) for a message."""
+    text = res.get("stderr") or (res.get("stdout") if stdout else "") or ""
+    return str(text).strip()[-limit:]
