@@ -26,8 +26,11 @@ from typing import Any, cast
 import pytest
 
 import gpufleet
-from gpufleet import argtypes, fabric, health, nodefacts, xid
-from gpufleet.nvml import (
+from gpufleet import argtypes
+from gpufleet.node import facts as nodefacts
+from gpufleet.node import health, xid
+from gpufleet.node import nvswitch as fabric
+from gpufleet.node.nvml import (
     GpuReading,
     NodeReading,
     NvmlReader,
@@ -200,7 +203,7 @@ class Ctx:
         return self._torch
 
     def platform(self) -> fabric.PlatformFacts:
-        """NVSwitches, Fabric Manager, IB ports, virtualisation (gpufleet.fabric)."""
+        """NVSwitches, Fabric Manager, IB ports, virtualisation (gpufleet.node.nvswitch)."""
         if self._platform is None:
             rec = self.recording
             self._platform = (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufleet import health
-from gpufleet.nvml import GpuReading, NodeReading
+from gpufleet.node import health
+from gpufleet.node.nvml import GpuReading, NodeReading
 
 if TYPE_CHECKING:
     from conftest import Ctx, Emitter

@@ -1,11 +1,12 @@
 """NVSwitch fabric and cluster network: Fabric Manager, GPU fabric state, InfiniBand/RoCE
-ports, GPUDirect RDMA (gpufleet.fabric, gpufleet.ibports; docs/hgx.md)."""
+ports, GPUDirect RDMA (gpufleet.node.nvswitch, gpufleet.node.ib_ports; docs/hgx.md)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufleet import fabric, ibports
+from gpufleet.node import ib_ports as ibports
+from gpufleet.node import nvswitch as fabric
 
 if TYPE_CHECKING:
     from conftest import Ctx, Emitter

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufleet import health, xid
-from gpufleet.nvml import GpuReading
+from gpufleet.node import health, xid
+from gpufleet.node.nvml import GpuReading
 from gpufleet.results import Record
 
 if TYPE_CHECKING:

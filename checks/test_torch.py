@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufleet import health
-from gpufleet.nodefacts import TorchFacts
-from gpufleet.nvml import GpuReading, NodeReading
+from gpufleet.node import health
+from gpufleet.node.facts import TorchFacts
+from gpufleet.node.nvml import GpuReading, NodeReading
 
 if TYPE_CHECKING:
     from conftest import Ctx, Emitter

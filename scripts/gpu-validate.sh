@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Single-node GPU validation: node checks (checks/), smoke tests (smoke_tests/), the cluster
-# training step (gpufleet.workers.train, one rank per GPU: DDP, SyncBatchNorm, AMP) and the
+# training step (gpufleet.verify.workers.train, one rank per GPU: DDP, SyncBatchNorm, AMP) and the
 # make-run launch of a plain DDP script, on the GPUs of this machine, with the machine's own
 # python3 (torch + nvidia-ml-py installed). Writes env.txt, node-nvml.json,
 # checks.{json,xml,log}, smoke.{json,xml,log}, train.{json,log}, run.log, run-rank<N>.log under
@@ -69,9 +69,9 @@ tail -60 "$OUT/smoke.log"
 # Cluster training step, one node: the worker verify launches, one rank per GPU (NCCL,
 # SyncBatchNorm, bf16 or fp16+GradScaler). With one GPU, world size 1: SyncBatchNorm and DDP
 # run in their trivial form (no peer); the record says so through meta.world_size.
-"$PY" -m gpufleet.workers.supervise --timeout "${TRAIN_TIMEOUT:-180}" --log "$OUT/train.log" -- \
+"$PY" -m gpufleet.verify.workers.supervise --timeout "${TRAIN_TIMEOUT:-180}" --log "$OUT/train.log" -- \
   "$PY" -m torch.distributed.run --nnodes 1 --nproc-per-node "$ngpu" --rdzv-backend static \
-  --master-addr 127.0.0.1 --master-port 29511 --max-restarts 0 -m gpufleet.workers.train \
+  --master-addr 127.0.0.1 --master-port 29511 --max-restarts 0 -m gpufleet.verify.workers.train \
   --out-dir "$OUT/train-ranks" --result-json "$OUT/train.json" --kind train || rc=1
 tail -20 "$OUT/train.log"
 
@@ -84,7 +84,7 @@ if command -v ansible-playbook >/dev/null; then
     -e verify_script_timeout="${RUN_TIMEOUT:-180}" >"$OUT/run.log" 2>&1 || rc=1
   cp reports/gpu-validate-run/*/run-rank*.log "$OUT/" 2>/dev/null || true
 else
-  "$PY" -m gpufleet.workers.supervise --timeout "${RUN_TIMEOUT:-180}" --log "$OUT/run.log" \
+  "$PY" -m gpufleet.verify.workers.supervise --timeout "${RUN_TIMEOUT:-180}" --log "$OUT/run.log" \
     --env-file /etc/gpufleet/nccl.env -- \
     "$PY" -m torch.distributed.run --nnodes 1 --nproc-per-node "$ngpu" --rdzv-backend static \
     --master-addr 127.0.0.1 --master-port 29512 --max-restarts 0 --log-dir "$OUT/run-ranks" \

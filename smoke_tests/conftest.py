@@ -32,9 +32,9 @@ from typing import Any
 
 import pytest
 
-from gpufleet.netprobe import free_port
+from gpufleet.node.netprobe import free_port
 from gpufleet.results import STATUSES, BandwidthRow, Record, ResultFile, Status
-from gpufleet.workers.supervise import group_alive, pid_alive
+from gpufleet.verify.workers.supervise import group_alive, pid_alive
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -263,7 +263,7 @@ class Launch:
 
 
 class Torchrun:
-    """Start ``python -m torch.distributed.run -m gpufleet.workers.<worker>``."""
+    """Start ``python -m torch.distributed.run -m gpufleet.verify.workers.<worker>``."""
 
     def __init__(self, config: pytest.Config, mode: Mode, tmp: Path) -> None:
         self.config = config
@@ -296,7 +296,7 @@ class Torchrun:
             "--max-restarts",
             "0",
             "-m",
-            f"gpufleet.workers.{worker}",
+            f"gpufleet.verify.workers.{worker}",
             "--out-dir",
             str(out_dir),
             "--timeout",

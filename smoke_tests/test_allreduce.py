@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from conftest import Launch, Mode, Smoke, Torchrun
-from gpufleet import bench
 from gpufleet.results import BandwidthRow
+from gpufleet.verify import bandwidth as bench
 
 REMEDY = (
     "NCCL_DEBUG=INFO python -m torch.distributed.run --nproc-per-node N "
-    "-m gpufleet.workers.allreduce --out-dir /tmp/ar; check nvidia-smi topo -m"
+    "-m gpufleet.verify.workers.allreduce --out-dir /tmp/ar; check nvidia-smi topo -m"
 )
 
 
@@ -65,7 +65,8 @@ def test_allreduce_bandwidth(ar_run: Launch, mode: Mode, smoke: Smoke) -> None:
     assert rows, ar_run.explain()
     smoke.bandwidth(rows)
     n = mode.nproc
-    # independent of gpufleet.bench: recompute every row from the raw per-iteration timings
+    # independent of gpufleet.verify.bandwidth: recompute every row from the raw per-iteration
+    # timings
     # and byte counts each rank recorded (nccl-tests PERFORMANCE.md: algbw = bytes / time,
     # busbw = algbw * 2(n-1)/n for all_reduce; time = max over ranks of the mean iteration)
     raw = {r["rank"]: {x["size_bytes"]: x for x in r["raw"]} for r in ar_run.ranks}

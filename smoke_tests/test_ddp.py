@@ -10,7 +10,8 @@ from conftest import Launch, Mode, Smoke, Torchrun
 
 REMEDY = (
     "run the worker by hand with NCCL_DEBUG=INFO TORCH_DISTRIBUTED_DEBUG=DETAIL: "
-    "python -m torch.distributed.run --nproc-per-node N -m gpufleet.workers.ddp --out-dir /tmp/ddp"
+    "python -m torch.distributed.run --nproc-per-node N -m gpufleet.verify.workers.ddp "
+    "--out-dir /tmp/ddp"
 )
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import Launch, Mode, Smoke, Torchrun
 
-REMEDY = "run python -m torch.distributed.run --nproc-per-node N -m gpufleet.workers.syncbn"
+REMEDY = "run python -m torch.distributed.run --nproc-per-node N -m gpufleet.verify.workers.syncbn"
 
 
 @pytest.fixture(scope="module")

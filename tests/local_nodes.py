@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.netprobe import free_port
+from gpufleet.node.netprobe import free_port
 from playbook_runner import REPO, ansible_env
 from playbook_runner import run_playbook as _run_playbook
 

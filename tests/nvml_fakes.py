@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from gpufleet import nvml
+from gpufleet.node import nvml
 
 
 class FakeNVMLError(Exception):

@@ -59,7 +59,7 @@ def ansible_env(
 #: The role tests run roles on this machine (localhost) against scripted dnf/rpm fakes, whose
 #: changes the converged fast path cannot see: every role runs in full, and the stamps go to
 #: a directory of this test process, never to the machine's /var/lib/gpufleet. The fast
-#: path itself is tested by tests/unit/test_converge.py and on the testbed (test_demo.py).
+#: path itself is tested by tests/unit/provisioning/test_converge_digest.py and on the testbed (test_demo.py).
 _STAMPS = tempfile.mkdtemp(prefix="gpufleet-test-stamps-")
 atexit.register(shutil.rmtree, _STAMPS, True)
 FULL_RUN_ARGS = (

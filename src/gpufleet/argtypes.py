@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable
 
-from gpufleet.boundary import MAX_VALUE_LEN, is_single_line
+from gpufleet.inputs.boundary import MAX_VALUE_LEN, is_single_line
 
 
 def _bad(value: str, allowed: str) -> argparse.ArgumentTypeError:

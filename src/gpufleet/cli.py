@@ -49,7 +49,7 @@ def _with_default_subcommand(argv: list[str]) -> list[str]:
     pos = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
     if pos is None or argv[pos] not in COMMANDS:
         return argv
-    module = importlib.import_module(f"gpufleet.commands.{argv[pos]}")
+    module = importlib.import_module(f"gpufleet.commands.cmd_{argv[pos]}")
     default = getattr(module, "DEFAULT_SUBCOMMAND", None)
     rest = argv[pos + 1 :]
     if default is None or not rest or rest[0] in (*module.SUBCOMMANDS, "-h", "--help"):
@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show tracebacks")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
-        module = importlib.import_module(f"gpufleet.commands.{name}")
+        module = importlib.import_module(f"gpufleet.commands.cmd_{name}")
         module.register(sub)
     return parser
 

@@ -1,7 +1,7 @@
 """Pure renderers: everything here turns data into text, with no side effects.
 
 Unit tests cover this module without root, network or testbed tools
-(tests/unit/test_testbed_render.py).
+(tests/unit/testbed/test_testbed_render.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ there with torchrun by hand, the way an admin would without gpufleet.
 --mode bare      a plain timed ``all_reduce`` loop per size, no gpufleet code at all
                  (the denominator of the verify-overhead ratio);
 --mode fidelity  in the same process group, per size and repetition, the bare loop and
-                 ``gpufleet.bench.run_sweep`` one after the other (order alternating), so
+                 ``gpufleet.verify.bandwidth.run_sweep`` one after the other (order alternating), so
                  gpufleet's busbw can be compared with a bare measurement taken under the
                  same conditions.
 
@@ -75,7 +75,7 @@ def main() -> int:
             t = bare_time(size, args.warmup, args.iters)
             rows.append({"size": size, "who": "bare", "time_s": t, "busbw": busbw(size, t, world)})
     else:
-        from gpufleet import bench  # only the fidelity mode uses gpufleet
+        from gpufleet.verify import bandwidth as bench  # only the fidelity mode uses gpufleet
 
         for rep in range(args.reps):
             for size in sizes:

@@ -216,7 +216,9 @@ def bench_overhead(out: Path, repeats: int) -> dict[str, Any]:
 
 
 def bench_fidelity(out: Path, reps: int) -> dict[str, Any]:
-    say(f"fidelity: bare loop vs gpufleet.bench.run_sweep, {reps} alternating repetitions")
+    say(
+        f"fidelity: bare loop vs gpufleet.verify.bandwidth.run_sweep, {reps} alternating repetitions"
+    )
     _, data = bare_launch(
         out,
         "fidelity",

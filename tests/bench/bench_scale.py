@@ -30,7 +30,7 @@ Writes <out>/scale.json (every sample, medians, fits, the model's parameters and
 extrapolation to 100 and 1000 nodes, host, command, start time, wall per N), <out>/scale.png
 and <out>/scale.md (the table; printed too), and the logs of every run under <out>/n<N>/,
 after every N. `--render` rewrites the PNG and the table from an existing scale.json.
-docs/scale.md describes the model (gpufleet.scale).
+docs/scale.md describes the model (scale_model).
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import scale_model as scale
 from bench.bench_cluster import CLUSTER_ONLY, _controller_cpu_s, _cpu_busy_s, need, say
-from gpufleet import scale
-from gpufleet.scale import ScalePoint
+from bench.scale_model import ScalePoint
 from testbed_lib import (
     ENV_PYTHON,
     REPO,

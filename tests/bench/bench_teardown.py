@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpufleet.logscan import first_error
-from gpufleet.netprobe import free_port
+from gpufleet.node.netprobe import free_port
+from gpufleet.report.logscan import first_error
 
 
 def launch(worker: str, out: Path, nproc: int, timeout: float) -> dict[str, object]:
@@ -39,7 +39,7 @@ def launch(worker: str, out: Path, nproc: int, timeout: float) -> dict[str, obje
         f"--master-port={free_port()}",
         "--max-restarts=0",
         "-m",
-        f"gpufleet.workers.{worker}",
+        f"gpufleet.verify.workers.{worker}",
         "--out-dir",
         str(out),
         "--backend",

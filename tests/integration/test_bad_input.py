@@ -487,7 +487,7 @@ CASES: list[Case] = [
         "=0",
         "an integer 1-100",
     ),
-    # --- the input boundary (gpufleet.boundary, issue 12) ----------------------------------
+    # --- the input boundary (gpufleet.inputs.boundary, issue 12) ----------------------------------
     # newlines and control characters in values rendered into files
     *(
         Case(

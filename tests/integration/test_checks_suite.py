@@ -206,7 +206,7 @@ def test_healthy_h100_node_passes_everything(tmp_path: Path) -> None:
     assert run.data["node"] == "gpu-h100-01"
     assert "gpufleet summary" in run.out
     # 13 skips: the 9 above plus the 4 fabric/network checks (this recording carries no
-    # pci_devices, fabric_manager or infiniband section; tests/unit/test_hgx.py has those)
+    # pci_devices, fabric_manager or infiniband section; tests/unit/node/test_hgx.py has those)
     assert "75 pass, 0 warn, 0 fail, 13 skip" in run.out
 
 
@@ -397,7 +397,7 @@ def test_manifest_gpus_expected_string(tmp_path: Path) -> None:
 def test_real_h200_recording_passes(tmp_path: Path) -> None:
     """The NVML recording taken on a real H200 (docs/gpu-validation.md) replays clean, with a
     manifest the planner makes for what was installed there."""
-    from gpufleet.plan import PlanRequest, make_plan
+    from gpufleet.planning.planner import PlanRequest, make_plan
 
     plan = make_plan(
         PlanRequest(torch="2.11.0", variant="cu130", driver="580.159.04", gpu_archs=("sm_90",))

@@ -79,7 +79,7 @@ def recap(output: str) -> dict[str, tuple[int, int, int, int]]:
 
 def check_cluster_rows_from_raw_timings(n: int) -> None:
     """The cluster rows, recomputed from every rank's raw per-iteration timings and byte counts
-    (nccl-tests formulas written out here, not gpufleet.bench), and the exact reduced values."""
+    (nccl-tests formulas written out here, not gpufleet.verify.bandwidth), and the exact reduced values."""
     rf = json.loads((REPO / "reports/latest/node1/allreduce.json").read_text())
     raw = {r["rank"]: {x["size_bytes"]: x for x in r["sizes"]} for r in rf["meta"]["raw"]}
     w = len(raw)
@@ -253,8 +253,8 @@ def node_sh(name: str, script: str) -> subprocess.CompletedProcess[str]:
 
 
 def slurm_node(name: str) -> dict[str, str]:
-    """`scontrol show node -o` on the controller node, as a dict (gpufleet.slurm's parser)."""
-    from gpufleet.slurm import parse_show_line
+    """`scontrol show node -o` on the controller node, as a dict (gpufleet.verify.launchers.slurm's parser)."""
+    from gpufleet.verify.launchers.slurm import parse_show_line
 
     r = node_sh("node1", f"scontrol show node -o {name}")
     assert r.returncode == 0, r.stderr

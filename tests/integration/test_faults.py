@@ -405,7 +405,7 @@ def test_rank_killed_mid_allreduce(cluster: list[config.Node]) -> None:
     workers = [
         (p, a)
         for p, a in processes(node2)
-        if "gpufleet.workers.allreduce" in a and "torch.distributed.run" not in a
+        if "gpufleet.verify.workers.allreduce" in a and "torch.distributed.run" not in a
     ]
     assert workers, processes(node2)
     victim = max(p for p, _ in workers)  # the highest PID: local rank 1, not the one writing

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import netcfg
-from gpufleet.netprobe import free_port
-from gpufleet.workers import supervise
+from gpufleet.node.netprobe import free_port
+from gpufleet.planning import network as netcfg
+from gpufleet.verify.workers import supervise
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_a_sigterm_to_the_supervisor_ends_the_whole_group(tmp_path: Path) -> Non
     child_pids = tmp_path / "children"
     script = f"sleep 300 & echo $! > {child_pids}; sleep 300"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpufleet.workers.supervise", "--timeout", "300", "--grace", "1",
+        [sys.executable, "-m", "gpufleet.verify.workers.supervise", "--timeout", "300", "--grace", "1",
          "--pidfile", str(pidfile), "--log", str(log), "--", "bash", "-c", script]
     )  # fmt: skip
     deadline = time.monotonic() + 20
@@ -98,7 +98,7 @@ def _torchrun(
     cmd = [
         sys.executable,
         "-m",
-        "gpufleet.workers.supervise",
+        "gpufleet.verify.workers.supervise",
         "--timeout",
         str(timeout),
         "--pidfile",
@@ -128,7 +128,7 @@ def _torchrun(
         "--max-restarts",
         "0",
         "-m",
-        "gpufleet.workers.allreduce",
+        "gpufleet.verify.workers.allreduce",
         "--out-dir",
         str(tmp_path / "ranks"),
         "--timeout",

@@ -19,9 +19,9 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from gpufleet.netprobe import free_port  # noqa: E402
-from gpufleet.workers import syncbn  # noqa: E402
-from gpufleet.workers.common import RankEnv, teardown  # noqa: E402
+from gpufleet.node.netprobe import free_port  # noqa: E402
+from gpufleet.verify.workers import syncbn  # noqa: E402
+from gpufleet.verify.workers.common import RankEnv, teardown  # noqa: E402
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""gpufleet.workers.train on this CPU machine: torchrun with 2 gloo ranks, once as the one-node
+"""gpufleet.verify.workers.train on this CPU machine: torchrun with 2 gloo ranks, once as the one-node
 baseline and once with it, then the report sections. The properties are recomputed here from
 the raw per-rank data the worker recorded (indices, digests, per-rank samples/s), not read
 from the worker's own verdicts."""
@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from gpufleet import report, training
-from gpufleet.netprobe import free_port
-from gpufleet.workers.train import coverage
+from gpufleet import report
+from gpufleet.node.netprobe import free_port
+from gpufleet.report import training
+from gpufleet.verify.workers.train import coverage
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,7 @@ def _launch(repo: Path, out: Path, kind: str, *extra: str) -> dict[str, Any]:
             f"--master-port={free_port()}",
             "--max-restarts=0",
             "-m",
-            "gpufleet.workers.train",
+            "gpufleet.verify.workers.train",
             f"--out-dir={out / (kind + '-ranks')}",
             "--timeout=30",
             "--result-node=n1",

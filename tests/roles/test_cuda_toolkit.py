@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.plan import PlanRequest, make_plan
+from gpufleet.planning.planner import PlanRequest, make_plan
 from roles_driver_helpers import FAKES, ansible_playbook, fake_pm, pkg, read_state, write_role_play
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpufleet.plan import PlanRequest, make_plan
+from gpufleet.planning.planner import PlanRequest, make_plan
 from roles_driver_helpers import (
     FAKES,
     ansible_playbook,

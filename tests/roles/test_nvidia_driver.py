@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.plan import PlanRequest, make_plan
+from gpufleet.planning.planner import PlanRequest, make_plan
 from roles_driver_helpers import FAKES, ansible_playbook, fake_pm, pkg, read_state, write_role_play
 
 KERNELS = {8: "4.18.0-553.el8_10.x86_64", 9: "5.14.0-503.el9.x86_64"}

@@ -19,7 +19,7 @@ node at fault in O(log n) launches (``localise``).
 The package is split by job: ``logs`` (log analysis), ``localise`` (the bisection schedule
 and its verdict), ``aggregate`` (collect + summary.json), ``render`` (summary.md, bandwidth.png,
 table, report files); ``model`` holds the Summary dataclasses. The command line is
-``gpufleet report`` (gpufleet.commands.report).
+``gpufleet report`` (gpufleet.commands.cmd_report).
 """
 
 from __future__ import annotations

@@ -9,10 +9,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from gpufleet import training
-from gpufleet.bench import busbw_factor
 from gpufleet.errors import GpufleetError, RefusedError
-from gpufleet.logscan import first_error_note, launch_first_error
+from gpufleet.report import training
 from gpufleet.report.localise import analyse_bisection
 from gpufleet.report.logs import (
     junit_records,
@@ -20,8 +18,10 @@ from gpufleet.report.logs import (
     log_tail,
     remedy_for,
 )
+from gpufleet.report.logscan import first_error_note, launch_first_error
 from gpufleet.report.model import NodeResult, Summary
 from gpufleet.results import SCHEMA, Record, load_result_file
+from gpufleet.verify.bandwidth import busbw_factor
 
 # run.json keys and the JSON type collect() relies on
 _RUN_INFO_TYPES: dict[str, type] = {"nodes": list, "expect": dict, "dropped": dict, "bisect": list}
@@ -272,6 +272,6 @@ def slurm_jobs(s: Summary) -> list[dict[str, Any]]:
 
 
 def training_sections(s: Summary) -> dict[str, Any]:
-    """The cluster training record and where each feature ran (gpufleet.training)."""
+    """The cluster training record and where each feature ran (gpufleet.report.training)."""
     files = [(n, f) for n, nr in sorted(s.nodes.items()) for f in nr.files]
     return {"training": training.training_record(files), "features": training.features(files)}

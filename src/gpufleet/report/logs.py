@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
-from gpufleet.logscan import first_error, launch_first_error
+from gpufleet.report.logscan import first_error, launch_first_error
 from gpufleet.results import Record
 
 
@@ -22,7 +22,7 @@ def read_text(path: Path) -> str:
 
 def launch_root_cause(log: Path, text: str | None = None) -> dict[str, Any]:
     """:func:`root_cause` of a launch log (``text``: its content, when already read), with
-    the failing rank's error line from :func:`gpufleet.logscan.launch_first_error`, which
+    the failing rank's error line from :func:`gpufleet.report.logscan.launch_first_error`, which
     prefers the rank's own stderr copy; ``first_error.file`` names where the line is from."""
     cause = root_cause(read_text(log) if text is None else text)
     if not cause:
@@ -53,7 +53,7 @@ def root_cause(log_text: str) -> dict[str, Any]:
     blocks = list(_ROOT_CAUSE.finditer(log_text))
     if not blocks:
         return {}
-    err = first_error(log_text)  # the line naming the cause (gpufleet.logscan)
+    err = first_error(log_text)  # the line naming the cause (gpufleet.report.logscan)
     m = blocks[-1]  # torchrun prints one block per failed launch
     code = int(m["code"])
     out: dict[str, Any] = {

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpufleet import training
-from gpufleet.bench import human_size
+from gpufleet.report import training
 from gpufleet.report.aggregate import collect, to_json, training_sections
 from gpufleet.report.model import Summary
 from gpufleet.results import BandwidthRow
 from gpufleet.results import write_json_atomic as _write_json
+from gpufleet.units import human_size
 
 SUMMARY_FILES = ("summary.json", "summary.md", "bandwidth.png")
 

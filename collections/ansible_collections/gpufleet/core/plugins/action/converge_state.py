@@ -4,7 +4,8 @@ The module (plugins/modules/converge_state.py) runs on the node and compares sta
 action computes the digest it compares, from the task's variables (every ``<role>_*`` and
 ``gpufleet_*`` variable, templated), a few facts, the role's extra ``inputs``, and the
 content of the role's directory, the collection's plugins, the gpufleet package and any
-``input_files`` (gpufleet.converge.inputs_digest). With state=record the check's digest is
+``input_files`` (gpufleet.provisioning.converge_digest.inputs_digest). With state=record the
+check's digest is
 passed back in ``digest``, so the stamp holds exactly what the check compared.
 
 The survey (docs/performance.md): provision.yml's provisioning play starts with one
@@ -117,7 +118,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
                 result.update(failed=True, msg="\n".join(problems), problems=problems)
                 return result
         with gpufleet_required_by(_MODULE):
-            from gpufleet.converge import inputs_digest, relevant_names
+            from gpufleet.provisioning.converge_digest import inputs_digest, relevant_names
         if args.get("state") in ("check", "record") and not args.get("digest"):
             # the role's exports (names with state=check, a dict with record) are its outputs
             exclude = [str(n) for n in (args.get("exports") or [])] + list(

@@ -10,8 +10,8 @@ folder in one round trip, and the node's verify lock given back in the same one.
         lock: /var/lib/gpufleet/verify/.lock.<node>   # optional
         run_id: <run>                                  # with lock
 
-It runs ``python -m gpufleet.resultpack pack`` on the node as one command (no module, no
-per-file copy) and unpacks its answer with :func:`gpufleet.resultpack.unpack`, which checks
+It runs ``python -m gpufleet.verify.result_pack pack`` on the node as one command (no module, no
+per-file copy) and unpacks its answer with :func:`gpufleet.verify.result_pack.unpack`, which checks
 every file again on this side (plain names the patterns select, regular files, size).
 Returns ``files`` (written), ``skipped`` (left on the node, why), ``refused`` (in the answer
 but not written, why) and ``released`` (the lock was this run's and is gone).
@@ -43,10 +43,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         args = dict(self._task.args)
         require_args(_NAME, args, _REQUIRED)
         with gpufleet_required_by(_NAME):
-            from gpufleet import resultpack
+            from gpufleet.verify import result_pack as resultpack
         patterns = [str(p) for p in args["patterns"]]
         excludes = [str(p) for p in args.get("excludes") or []]
-        argv = [str(args["python"]), "-m", "gpufleet.resultpack", "pack", str(args["run_dir"])]
+        argv = [
+            str(args["python"]),
+            "-m",
+            "gpufleet.verify.result_pack",
+            "pack",
+            str(args["run_dir"]),
+        ]
         argv += [f"--pattern={p}" for p in patterns] + [f"--exclude={x}" for x in excludes]
         if args.get("lock") and args.get("run_id"):
             argv += [f"--lock={args['lock']}", f"--run-id={args['run_id']}"]

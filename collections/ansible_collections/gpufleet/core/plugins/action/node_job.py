@@ -1,11 +1,11 @@
 """gpufleet.core.node_job: start a detached job on a node, or wait for it, in one plain
-command each (no module shipped, no async wrapper; gpufleet.nodejob has the scripts).
+command each (no module shipped, no async wrapper; gpufleet.verify.detached_job has the scripts).
 
     - gpufleet.core.node_job:
         state: start
         dir: /var/lib/gpufleet/verify/<run>/<node>/.jobs
         name: allreduce
-        argv: [python, -m, gpufleet.workers.supervise, ...]
+        argv: [python, -m, gpufleet.verify.workers.supervise, ...]
 
     - gpufleet.core.node_job:
         state: wait
@@ -50,7 +50,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         args = dict(self._task.args)
         require_args(_NAME, args, ("state", "dir", "name"))
         with gpufleet_required_by(_NAME):
-            from gpufleet import nodejob
+            from gpufleet.verify import detached_job as nodejob
         state = str(args["state"])
         name = str(args["name"])
         if "/" in name or name in (".", ".."):

@@ -1,5 +1,6 @@
 """gpufleet.core.preflight: probe a node read-only in one command and judge it against the
-plan (the preflight role's one node step; gpufleet.preflight has the script and the rules).
+plan (the preflight role's one node step; gpufleet.provisioning.preflight_probe has the script and
+the rules).
 
     - gpufleet.core.preflight:
         distribution: Rocky                 # the facts preflight reads
@@ -27,12 +28,13 @@ plan (the preflight role's one node step; gpufleet.preflight has the script and 
         env_prefix: /opt/gpufleet/env
         disks: [{path, required_mb, variable}]
 
-Runs ``bash -c <gpufleet.preflight.PROBE_SCRIPT>`` under the task's environment (a plain
+Runs ``bash -c <gpufleet.provisioning.preflight_probe.PROBE_SCRIPT>`` under the task's environment
+(a plain
 command: no module shipped), also in check mode (it changes nothing). Fails only when the
 probe cannot list the PCI devices or the plan request cannot be read. Returns ``target``
-(gpufleet.osinfo.el_target of the facts), the observations (``gpus``, ``nvswitches``,
+(gpufleet.planning.osinfo.el_target of the facts), the observations (``gpus``, ``nvswitches``,
 ``driver``, ``kernel_devel``, ``kernel_devel_detail``, ``secure_boot``, ``disks``), and from
-gpufleet.preflight.judge: ``answer`` ({plan, refused}), ``choice``, ``fabric``,
+gpufleet.provisioning.preflight_probe.judge: ``answer`` ({plan, refused}), ``choice``, ``fabric``,
 ``observations`` and ``problems`` (one message each; the role fails on them).
 """
 
@@ -89,7 +91,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)
         with gpufleet_required_by(_NAME):
-            from gpufleet import osinfo, preflight
+            from gpufleet.planning import osinfo
+            from gpufleet.provisioning import preflight_probe as preflight
         args = dict(self._task.args)
         node = str(task_vars.get("inventory_hostname", "?"))
         inputs: dict[str, Any] = {k: str(args.get(k) or "") for k in _TEXTS}
@@ -158,7 +161,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         """NVSwitch nodes: does the configured CUDA repository carry Fabric Manager of
         exactly the driver version this node will run (the installed one when it is of the
         wanted branch, else the newest of the branch)? One more read-only command."""
-        from gpufleet import fabricpkg, preflight
+        from gpufleet.provisioning import fabric_packages as fabricpkg
+        from gpufleet.provisioning import preflight_probe as preflight
 
         target = inputs["target"]
         el_major = int(target["el_major"])

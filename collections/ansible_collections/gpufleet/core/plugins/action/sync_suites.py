@@ -1,5 +1,5 @@
 """gpufleet.core.sync_suites: verify's node suites on a node in one command, written only
-when they changed (gpufleet.suitesync).
+when they changed (gpufleet.verify.suite_sync).
 
     - gpufleet.core.sync_suites:
         python: /opt/gpufleet/env/bin/python   # the env that has gpufleet
@@ -40,12 +40,18 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         if not names:
             return {**result, "changed": False, "skipped": True, "msg": "no suites to sync"}
         with gpufleet_required_by(_NAME):
-            from gpufleet import suitesync
+            from gpufleet.verify import suite_sync as suitesync
         try:
             blob, digest = suitesync.build(Path(str(args["src"])), names)
         except (suitesync.SyncError, OSError) as exc:
             raise AnsibleActionFail(f"cannot pack the suites: {exc}") from exc
-        argv = [str(args["python"]), "-m", "gpufleet.suitesync", "install", str(args["dest"])]
+        argv = [
+            str(args["python"]),
+            "-m",
+            "gpufleet.verify.suite_sync",
+            "install",
+            str(args["dest"]),
+        ]
         argv += ["--digest", digest] + [f"--name={n}" for n in names]
         res = self._low_level_execute_command(
             shlex.join(argv), sudoable=True, in_data=base64.b64encode(blob)

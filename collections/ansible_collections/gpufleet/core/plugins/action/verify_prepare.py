@@ -10,12 +10,14 @@ in two commands on the node instead of four module runs.
 
 1. One shell command reads the manifest (base64) and creates the run directory (its parent
    as needed; the directory itself must not exist: a run id names one run only).
-2. Unless that failed or the manifest is broken: ``timeout T <python> -m gpufleet.workers.gpus``
+2. Unless that failed or the manifest is broken: ``timeout T <python> -m
+gpufleet.verify.workers.gpus``
    with the env python (``python``, else the manifest's ``env_python``, else
    ``default_python``), which checks that the env has torch and counts the GPUs.
 
 It fails nothing itself: the role's tasks name each problem. Returns ``manifest``
-({data, error}: :func:`gpufleet.nodeenv.read_manifest`, the filter the role used on slurp's
+({data, error}: :func:`gpufleet.provisioning.node_env.read_manifest`, the filter the role used on
+slurp's
 answer), ``python``, ``run_dir_error`` ('' when created), ``gpus`` ({rc, stdout: the count,
 stderr}; rc null when not run) and ``package`` ({node, controller, stale}: the digests of the
 node env's gpufleet package and of the controller's; verify runs the node's, so they must
@@ -75,7 +77,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         args = dict(self._task.args)
         require_args(_NAME, args, ("manifest", "run_dir", "default_python"))
         with gpufleet_required_by(_NAME):
-            from gpufleet import converge, nodeenv
+            from gpufleet.provisioning import converge_digest as converge
+            from gpufleet.provisioning import node_env as nodeenv
         host = str(task_vars.get("inventory_hostname", "?"))
         manifest_path = str(args["manifest"])
         cmd = shlex.join(
@@ -100,7 +103,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         if manifest["error"] is None and not run_dir_error:
             timeout = int(args.get("timeout") or 120)
             argv = [
-                "timeout", str(timeout), python, "-m", "gpufleet.workers.gpus", "--package-digest"
+                "timeout", str(timeout), python, "-m", "gpufleet.verify.workers.gpus",
+                "--package-digest"
             ]  # fmt: skip
             r = self._low_level_execute_command(shlex.join(argv), sudoable=True)
             lines = (r.get("stdout") or "").strip().splitlines()

@@ -90,7 +90,7 @@ def warm_digests(role_dirs: list[Path]) -> int:
     where the gpufleet package is not importable (the task then says so)."""
     try:
         import gpufleet
-        from gpufleet.converge import warm_trees
+        from gpufleet.provisioning.converge_digest import warm_trees
     except ImportError:
         return 0
     roots = [str(_PLUGINS), str(Path(gpufleet.__file__).resolve().parent)]

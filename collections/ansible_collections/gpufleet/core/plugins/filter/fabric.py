@@ -12,7 +12,8 @@ gpufleet.core.fabricmanager_mismatches   (rpm lines, names, driver version) -> p
 gpufleet.core.ib_listing_raw          the roles' sysfs listing -> {hca: {port: {file: text}}}
 gpufleet.core.nccl_ib_hca             that raw form -> active InfiniBand ports for NCCL_IB_HCA
 
-Thin adapters over gpufleet.fabricpkg and gpufleet.ibports (controller venv, `make setup`).
+Thin adapters over gpufleet.provisioning.fabric_packages and gpufleet.node.ib_ports (controller
+venv, `make setup`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
 )
 
 with gpufleet_required():
-    from gpufleet import fabricpkg, ibports
+    from gpufleet.node import ib_ports as ibports
+    from gpufleet.provisioning import fabric_packages as fabricpkg
 
 
 def nvswitches_from_lspci(text: Any) -> list[str]:

@@ -11,8 +11,10 @@ gpufleet.core.preflight_problems    observations -> list of messages
 gpufleet.core.dcgm_packages         (DCGM major, plan CUDA) -> DCGM package names
 
 Thin adapters: every table and rule lives in the gpufleet package of the controller venv
-(`make setup`): gpufleet.plan, gpufleet.osinfo, gpufleet.gpuarch, gpufleet.driverchoice and
-gpufleet.preflight. The package is imported on first use, so listing or linting the
+(`make setup`): gpufleet.planning.planner, gpufleet.planning.osinfo, gpufleet.planning.gpuarch,
+gpufleet.planning.driver_choice and
+gpufleet.provisioning.preflight_probe. The package is imported on first use, so listing or linting
+the
 collection does not need it.
 """
 
@@ -25,14 +27,14 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import gpufleet_required
 
 if TYPE_CHECKING:  # annotations only: the package is imported by the functions below
-    from gpufleet.plan import PlanRequest
+    from gpufleet.planning.planner import PlanRequest
 
 
 def _request(data: object = None, **kwargs: Any) -> PlanRequest:
     """One PlanRequest from the filter's input (PlanRequest.from_mapping normalises it)."""
     with gpufleet_required():
-        from gpufleet import plan as planmod
         from gpufleet.errors import RefusedError
+        from gpufleet.planning import planner as planmod
     if data is None:
         data = {}
     elif isinstance(data, str):
@@ -50,7 +52,7 @@ def _request(data: object = None, **kwargs: Any) -> PlanRequest:
 
 def _make(request: PlanRequest) -> dict[str, Any]:
     with gpufleet_required():
-        from gpufleet import plan as planmod
+        from gpufleet.planning import planner as planmod
     return dict(planmod.make_plan(request).to_dict())
 
 
@@ -80,7 +82,7 @@ def plan_check(data: object = None, **kwargs: Any) -> dict[str, Any]:
 
 def gpus_from_lspci(text: object) -> list[dict[str, object]]:
     with gpufleet_required():
-        from gpufleet import gpuarch
+        from gpufleet.planning import gpuarch
     if isinstance(text, (list, tuple)):
         text = "\n".join(str(t) for t in text)
     return [d.to_dict() for d in gpuarch.parse_lspci(str(text or ""))]
@@ -90,7 +92,7 @@ def el_target_filter(
     distribution: object, major: object, arch: object, release: object = ""
 ) -> dict[str, Any]:
     with gpufleet_required():
-        from gpufleet import osinfo
+        from gpufleet.planning import osinfo
     return osinfo.el_target(distribution, major, arch, release)
 
 
@@ -106,7 +108,7 @@ def nvidia_driver_choice(
 ) -> dict[str, Any]:
     """errors='strict' raises AnsibleFilterError; errors='return' returns {'error': {...}}."""
     with gpufleet_required():
-        from gpufleet import driverchoice as dc
+        from gpufleet.planning import driver_choice as dc
     try:
         result = dc.driver_choice(
             plan_dict,
@@ -128,13 +130,13 @@ def nvidia_driver_choice(
 
 def preflight_problems(obs: Mapping[str, Any]) -> list[str]:
     with gpufleet_required():
-        from gpufleet import preflight
+        from gpufleet.provisioning import preflight_probe as preflight
     return preflight.preflight_problems(obs)
 
 
 def nvidia_versionlock_entries(choice: Mapping[str, Any], installed: str | list[str]) -> list[str]:
     with gpufleet_required():
-        from gpufleet import driverchoice as dc
+        from gpufleet.planning import driver_choice as dc
     return dc.versionlock_entries(choice, installed)
 
 
@@ -142,13 +144,13 @@ def nvidia_stale_versionlock_entries(
     locklist: str | list[str], branch: str, wanted: Sequence[str] | None = None
 ) -> list[str]:
     with gpufleet_required():
-        from gpufleet import driverchoice as dc
+        from gpufleet.planning import driver_choice as dc
     return dc.stale_versionlock_entries(locklist, branch, wanted)
 
 
 def dcgm_packages(major: int | str, cuda: str | None) -> list[str]:
     with gpufleet_required():
-        from gpufleet import dcgm
+        from gpufleet.node import dcgm
     return dcgm.packages(major, cuda)
 
 

@@ -1,6 +1,6 @@
 """torch_env filters: the torch build to install, mirror URL checks, manifest read/merge.
 
-Thin adapters over :mod:`gpufleet.nodeenv` (imported from the controller venv that
+Thin adapters over :mod:`gpufleet.provisioning.node_env` (imported from the controller venv that
 ``make setup`` builds); errors become ``AnsibleFilterError`` naming the variable.
 """
 
@@ -15,7 +15,7 @@ from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
 )
 
 with gpufleet_required():
-    from gpufleet import nodeenv
+    from gpufleet.provisioning import node_env as nodeenv
 
 
 def torch_wheel(

@@ -1,7 +1,8 @@
 """verify filters: the bisection reruns that name the node at fault, and the Slurm
 launcher's jobs and task scripts.
 
-Thin adapters over :mod:`gpufleet.report.localise` and :mod:`gpufleet.slurm` (imported from
+Thin adapters over :mod:`gpufleet.report.localise` and :mod:`gpufleet.verify.launchers.slurm`
+(imported from
 the controller venv that ``make setup`` builds).
 """
 
@@ -16,9 +17,9 @@ from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
 )
 
 with gpufleet_required():
-    from gpufleet import slurm
     from gpufleet.errors import GpufleetError
     from gpufleet.report import localise
+    from gpufleet.verify.launchers import slurm
 
 
 def _names(nodes: Sequence[str], what: str) -> list[str]:
@@ -53,7 +54,8 @@ def bisect_max_rounds(nodes: Sequence[str]) -> int:
 
 def slurm_task_script(head: Sequence[str], tail: Sequence[str], **kw: Any) -> str:
     """``head | gpufleet.core.slurm_task_script(tail, node=, step=, addresses=, rc_file=,
-    env=)`` -> the task script srun runs on this node (gpufleet.slurm.task_script)."""
+    env=)`` -> the task script srun runs on this node
+    (gpufleet.verify.launchers.slurm.task_script)."""
     return slurm.task_script(
         node=str(kw["node"]),
         step=str(kw["step"]),

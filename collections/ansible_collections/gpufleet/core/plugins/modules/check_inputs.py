@@ -17,7 +17,7 @@ description:
     node's variables as that role sees them (its defaults and those of its dependencies,
     overridden by the inventory, play and task variables) are checked against the role's
     C(check_inputs) argument spec with Ansible's own validator, then against the value checks
-    of C(gpufleet.inputcheck) (the input boundary, the versions and the planner for
+    of C(gpufleet.inputs.role_inputs) (the input boundary, the versions and the planner for
     preflight, the network for cluster_network).
   - Every problem of every role is reported in one failure, one line each, naming the node,
     the variable, the value and what is allowed. Nothing is changed.

@@ -13,7 +13,7 @@ module: fetch_results
 short_description: Fetch a node's verify result files in one round trip
 version_added: "0.3.0"
 description:
-  - Runs C(python -m gpufleet.resultpack pack) on the node as one command (no module run,
+  - Runs C(python -m gpufleet.verify.result_pack pack) on the node as one command (no module run,
     no per-file copy) and writes the files it returns into O(dest) on the controller.
   - The controller checks every file of the answer again: only regular files with plain
     names that O(patterns) select (and O(excludes) do not), each at most 64 MiB, are

@@ -24,7 +24,7 @@ description:
     job's output. It never fails by itself; a job that did not start, was killed or timed
     out has C(rc) -1 and says so in C(msg).
   - One plain shell command per start and per wait (no module payload, no async wrapper;
-    the scripts are in the gpufleet package, gpufleet.nodejob).
+    the scripts are in the gpufleet package, gpufleet.verify.detached_job).
   - This is an action plugin; this file holds its documentation only.
 options:
   state:
@@ -49,7 +49,7 @@ options:
     type: int
   pidfiles:
     description: Files on the node that each hold the PGID of another process group the
-      job started (torchrun's, as gpufleet.workers.supervise records it), cleaned up after
+      job started (torchrun's, as gpufleet.verify.workers.supervise records it), cleaned up after
       the job.
     type: list
     elements: str
@@ -64,7 +64,8 @@ EXAMPLES = r"""
     state: start
     dir: /var/lib/gpufleet/verify/RUN/node1/.jobs
     name: allreduce
-    argv: [/opt/gpufleet/env/bin/python, -m, gpufleet.workers.supervise, --timeout, "300", --, ...]
+    argv: [/opt/gpufleet/env/bin/python, -m, gpufleet.verify.workers.supervise, --timeout, "300",
+    --, ...]
 
 - name: Wait for it
   gpufleet.core.node_job:

@@ -22,7 +22,7 @@ description:
     read. Every other problem is returned in RV(problems), one message each naming the
     node, the variable and the fix; the preflight role fails on them.
   - This is an action plugin; this file holds its documentation only. The script and the
-    rules are in the gpufleet package (gpufleet.preflight).
+    rules are in the gpufleet package (gpufleet.provisioning.preflight_probe).
 options:
   distribution:
     description: ansible_facts.distribution.

@@ -15,7 +15,7 @@ version_added: "0.3.0"
 description:
   - Packs the directories O(names) under O(src) on the controller (regular files only, no
     caches or byte code) into one gzipped tar with a digest of names, modes and contents.
-  - Runs C(python -m gpufleet.suitesync install) on the node once, the tar on stdin. When
+  - Runs C(python -m gpufleet.verify.suite_sync install) on the node once, the tar on stdin. When
     O(dest) already holds that digest nothing is written; otherwise each suite directory is
     replaced whole and the digest is written last.
   - The node refuses any member that is not a regular file or directory under one of

@@ -17,7 +17,7 @@ description:
     fine) and creates the run directory O(run_dir) (its parent as needed; the directory
     itself must not exist, a run id names one run only).
   - Unless that failed or the manifest is broken, a second command counts the node's GPUs
-    with the env python (C(python -m gpufleet.workers.gpus), which first checks that the
+    with the env python (C(python -m gpufleet.verify.workers.gpus), which first checks that the
     env has torch) under C(timeout O(timeout)).
   - The env python is O(python), else the manifest's C(env_python), else O(default_python).
   - It fails nothing itself; the role's tasks name each problem from the returned values.

@@ -5,7 +5,7 @@ For each role: the role's defaults and those of its dependencies (``meta/main.ym
 the task's variables over them (inventory, play, extra and task variables win over role
 defaults, as in a role), templated; Ansible's ``ArgumentSpecValidator`` on the role's
 ``check_inputs`` spec (a dependency's ``main`` spec, once per node); then
-:func:`gpufleet.inputcheck.value_problems`. A role whose spec fails is not value-checked
+:func:`gpufleet.inputs.role_inputs.value_problems`. A role whose spec fails is not value-checked
 (its values may not have the type the checks expect).
 """
 
@@ -45,7 +45,7 @@ class RoleInputs:
     def check(self, roles: list[str], task_vars: dict[str, Any]) -> tuple[list[str], list[str]]:
         """(the roles checked, dependencies first; every problem, one line each)."""
         with gpufleet_required_by(self._action):
-            from gpufleet.inputcheck import value_problems
+            from gpufleet.inputs.role_inputs import value_problems
         host = str(task_vars.get("inventory_hostname", ""))
         groups = task_vars.get("groups") or {}
         dirs = role_dirs(task_vars.get("playbook_dir"), task_vars.get("role_path"))
@@ -124,7 +124,7 @@ class RoleInputs:
     ) -> tuple[dict[str, Any], list[str]]:
         """(the role's variables templated, the problems of its argument spec)."""
         with gpufleet_required_by(self._action):
-            from gpufleet.inputcheck import own_names
+            from gpufleet.inputs.role_inputs import own_names
         host = str(task_vars.get("inventory_hostname", ""))
         spec = self._spec(role, path, entry)
         variables = self._variables(chain, task_vars)

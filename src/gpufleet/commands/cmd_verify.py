@@ -1,0 +1,50 @@
+"""``gpufleet verify``: one make-verify run with its exit code (gpufleet.verify.verify_run)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from gpufleet import argtypes
+from gpufleet.commands import add_command
+from gpufleet.verify import verify_run as verifyrun
+
+
+def register(sub: Any) -> None:
+    p = add_command(
+        sub,
+        "verify",
+        "verify the nodes of an inventory (make verify); exit 0 pass, 1 failure, 2 refused",
+        verifyrun.__doc__,
+    )
+    p.add_argument("--inventory", "-i", default="inventory", help="inventory (default inventory)")
+    p.add_argument("--run-id", default="", help="run id (default: a new one, gpufleet runid)")
+    p.add_argument(
+        "--lock-wait",
+        type=argtypes.float_range(0, 86400),
+        default=900.0,
+        help="seconds to wait for another make verify of this checkout (default 900)",
+    )
+    p.add_argument("--repo", default="", help="the gpufleet checkout (default: found from here)")
+    p.add_argument(
+        "--launcher",
+        choices=("", "ssh", "slurm"),
+        default="",
+        help="how the cluster steps start: ssh or slurm (default: the inventory's "
+        "gpufleet_launcher; make verify LAUNCHER=)",
+    )
+    p.add_argument(
+        "ansible_args", nargs="*", metavar="-- ANSIBLE_ARG", help="more ansible-playbook arguments"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    repo = Path(args.repo).resolve() if args.repo else verifyrun.find_repo(Path.cwd())
+    extra = list(args.ansible_args)
+    if args.launcher:
+        extra += ["-e", json.dumps({"gpufleet_launcher": args.launcher})]
+    out = verifyrun.run(repo, args.inventory, args.run_id, extra, args.lock_wait)
+    return out.exit_code

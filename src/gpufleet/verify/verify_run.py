@@ -1,0 +1,143 @@
+"""One ``make verify``: the controller lock, the run id, the playbook, and the exit code.
+
+    gpufleet verify [--inventory INV] [--run-id ID] [--lock-wait S] [--launcher ssh|slurm]
+                    [-- ANSIBLE ARGS...]
+
+is what ``make verify`` runs; call it directly where the exit code matters (GNU make turns
+every failed recipe into exit 2). Exit codes, as everywhere in gpufleet:
+
+- 0: the report says pass;
+- 1: a check, smoke test or cluster step failed, or the playbook stopped before writing a
+  report (the summary or the ansible output says what);
+- 2: refused before anything ran: a bad run id (:mod:`gpufleet.verify.run_id`), another
+  ``make verify`` of this checkout still holds ``reports/.verify.lock`` after the wait, or
+  the check play (``playbooks/check_inventory.yml``) refused the inventory or a variable.
+
+The run id and the extra arguments are data: they are passed to ``ansible-playbook`` as
+argv elements, never through a shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, RefusedError
+from gpufleet.verify import run_id as runid
+
+#: Printed by the verify play once the check play passed: after it, a failure is a failure
+#: of the run (1), before it a refusal of the input (2).
+RUN_PLAY = "PLAY [Verify the GPU nodes]"
+
+
+class LockBusy(RefusedError):
+    """Another ``make verify`` of this checkout holds the lock past the wait."""
+
+
+@contextlib.contextmanager
+def controller_lock(path: Path, wait_s: float, say: IO[str]) -> Iterator[None]:
+    """``flock`` on ``path``: at once, or after waiting up to ``wait_s`` seconds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f">> another make verify holds {path}: waiting up to {wait_s:g}s", file=say)
+            deadline = time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockBusy(
+                            f"refused: another make verify still runs on these nodes after "
+                            f"{wait_s:g}s ({path}) -> wait for it, or raise VERIFY_LOCK_WAIT"
+                        ) from None
+                    time.sleep(0.5)
+        yield
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_id: str
+    exit_code: int
+    status: str  # pass, fail, refused, no-report
+    summary: Path
+
+
+def run(
+    repo: Path,
+    inventory: str,
+    requested_id: str = "",
+    extra: Sequence[str] = (),
+    lock_wait: float = 900.0,
+    ansible_playbook: str = "",
+    say: IO[str] = sys.stdout,
+) -> Outcome:
+    """Lock, claim a run id, run playbooks/verify.yml and read its verdict."""
+    reports = repo / "reports"
+    with controller_lock(reports / ".verify.lock", lock_wait, say):
+        run_id = runid.claim(reports, requested_id)
+        summary = reports / run_id / "summary.json"
+        exe = ansible_playbook or str(Path(sys.executable).parent / "ansible-playbook")
+        # __verify_controller_locked: this process holds the checkout's controller lock, so a
+        # node lock of an earlier run of this checkout is stale (roles/verify prepare.yml)
+        argv = [exe, str(repo / "playbooks" / "verify.yml"), "-i", inventory,
+                "-e", json.dumps({"verify_run_id": run_id, "__verify_controller_locked": True}),
+                *extra]  # fmt: skip
+        print(f">> verify run {run_id}", file=say, flush=True)
+        started_run = False
+        with subprocess.Popen(
+            argv, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                say.write(line)
+                say.flush()
+                started_run = started_run or line.startswith(RUN_PLAY)
+            rc = proc.wait()
+    if not summary.is_file():
+        if rc != 0 and not started_run:
+            print(
+                f">> refused before any change: ansible-playbook stopped (rc {rc}) before the "
+                "verify play started: bad ansible arguments, or the check play refused the "
+                "inventory or a variable (see above)",
+                file=say,
+            )
+            with contextlib.suppress(OSError):
+                summary.parent.rmdir()  # the claimed run folder, still empty: nothing ran
+            return Outcome(run_id, EXIT_REFUSED, "refused", summary)
+        print(
+            f">> no report for run {run_id}: the playbook stopped before the report step "
+            f"(ansible rc={rc})",
+            file=say,
+        )
+        return Outcome(run_id, EXIT_FAILED, "no-report", summary)
+    status = str(json.loads(summary.read_text(encoding="utf-8")).get("status", "fail"))
+    print(
+        f">> report: {summary.parent / 'summary.md'} (summary.json, bandwidth.png; "
+        f"reports/latest): {status}",
+        file=say,
+    )
+    ok = status == "pass" and rc == 0
+    return Outcome(run_id, EXIT_OK if ok else EXIT_FAILED, status, summary)
+
+
+def find_repo(start: Path) -> Path:
+    """The gpufleet checkout at or above ``start`` (it has playbooks/verify.yml)."""
+    for d in (start, *start.parents):
+        if (d / "playbooks" / "verify.yml").is_file() and (d / "roles" / "verify").is_dir():
+            return d
+    raise RefusedError(
+        f"{start} is not inside a gpufleet checkout (no playbooks/verify.yml above it) -> "
+        "run gpufleet verify from the checkout, or pass --repo"
+    )

@@ -1,0 +1,189 @@
+"""gpufleet.node.fast_checks and `gpufleet health`: the fast node checks a scheduler runs, their
+verdicts on recorded NVML states, the time bound, and the drain/resume commands it gives
+Slurm (a fake scontrol on PATH records them; the real Slurm: test_testbed_slurm.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from checks_helpers import MANIFEST, RECORDINGS
+from gpufleet.node import fast_checks as nodehealth
+from gpufleet.node.nvml import load_recording
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def manifest(tmp_path: Path, **over: Any) -> Path:
+    """The H100 fixture manifest with an env python that exists and an nccl.env of ours."""
+    data = json.loads(MANIFEST.read_text())
+    py = tmp_path / "env" / "bin" / "python"
+    py.parent.mkdir(parents=True, exist_ok=True)
+    py.write_text("#!/bin/sh\n")
+    py.chmod(0o755)
+    env = tmp_path / "nccl.env"
+    env.write_text("NCCL_SOCKET_IFNAME==lo\nGLOO_SOCKET_IFNAME=lo\n")
+    data.update({"env_python": str(py), "env_file": str(env), **over})
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def statuses(records: list[Any]) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for r in records:
+        out.setdefault(r.name, set()).add(r.status)
+    return out
+
+
+def run_fast(tmp_path: Path, recording: str, **kw: Any) -> dict[str, set[str]]:
+    return statuses(
+        nodehealth.run_checks(
+            manifest_path=kw.pop("manifest", None) or manifest(tmp_path),
+            recording=load_recording(RECORDINGS / f"{recording}.json"),
+            **kw,
+        )
+    )
+
+
+def test_a_healthy_8_gpu_node_passes_every_fast_check(tmp_path: Path) -> None:
+    s = run_fast(tmp_path, "healthy-h100x8")
+    assert "fail" not in set().union(*s.values()), s
+    for name in ("manifest", "env_python", "nccl_env_interfaces", "driver_loaded", "gpu_count",
+                 "ecc_uncorrectable_volatile", "row_remap", "nvlink", "xid_errors"):  # fmt: skip
+        assert s[name] == {"pass"}, (name, s[name])
+
+
+@pytest.mark.parametrize(
+    ("recording", "check"),
+    [
+        ("gpu-missing", "gpu_count"),
+        ("gpu-missing", "xid_errors"),
+        ("gpu-lost", "gpu_readable"),
+        ("ecc-uncorrectable", "ecc_uncorrectable_volatile"),
+        ("row-remap-pending", "row_remap"),
+        ("nvlink-down", "nvlink"),
+        ("persistence-off", "persistence_mode"),
+        ("xid-recent", "xid_errors"),
+        ("driver-not-loaded", "driver_loaded"),
+    ],
+)
+def test_each_fault_fails_its_check(tmp_path: Path, recording: str, check: str) -> None:
+    s = run_fast(tmp_path, recording)
+    assert "fail" in s[check], (check, s)
+
+
+def test_no_driver_skips_unless_the_node_must_have_a_gpu(tmp_path: Path) -> None:
+    cpu = manifest(tmp_path, require_gpu=False, gpus_expected=0)
+    assert run_fast(tmp_path, "no-driver", manifest=cpu)["driver_loaded"] == {"skip"}
+    gpu = manifest(tmp_path, require_gpu=True)
+    assert run_fast(tmp_path, "no-driver", manifest=gpu)["driver_loaded"] == {"fail"}
+
+
+def test_node_level_faults_are_named(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema": 1, "env_py')  # truncated by a full disk
+    facts = nodehealth.read_node_facts(broken)
+    recs = {r.name: r for r in nodehealth.node_records(facts)}
+    assert recs["manifest"].status == "fail" and str(broken) in recs["manifest"].message
+    gone = manifest(tmp_path, env_python=str(tmp_path / "nowhere" / "python"))
+    recs = {r.name: r for r in nodehealth.node_records(nodehealth.read_node_facts(gone))}
+    assert recs["env_python"].status == "fail" and "nowhere" in recs["env_python"].message
+    bad_if = manifest(tmp_path)
+    Path(json.loads(bad_if.read_text())["env_file"]).write_text("GLOO_SOCKET_IFNAME=bogus0\n")
+    recs = {r.name: r for r in nodehealth.node_records(nodehealth.read_node_facts(bad_if))}
+    assert recs["nccl_env_interfaces"].status == "fail"
+    assert "bogus0" in str(recs["nccl_env_interfaces"].value)
+    missing = nodehealth.read_node_facts(tmp_path / "absent.json")
+    assert {r.name: r.status for r in nodehealth.node_records(missing)}["manifest"] == "skip"
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def fake_slurm(tmp_path: Path, node_line: str) -> tuple[dict[str, str], Path]:
+    """A PATH whose scontrol answers `show node` with node_line and logs every call."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    log = tmp_path / "scontrol.log"
+    (bindir / "scontrol").write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\n" "$*" >> {log}\n'
+        f'[ "$1" = show ] && printf "%s\\n" {json.dumps(node_line)}\n'
+        "exit 0\n"
+    )
+    (bindir / "scontrol").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    return env, log
+
+
+def health(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gpufleet", "health", *args],
+        capture_output=True, text=True, env=env, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def test_a_failing_node_is_drained_with_the_check_as_reason(tmp_path: Path) -> None:
+    env, log = fake_slurm(tmp_path, "NodeName=gpu7 State=IDLE Reason=(null)")
+    out = tmp_path / "health.json"
+    r = health(
+        ["--slurm", "--slurm-node", "gpu7", "--manifest", str(manifest(tmp_path)),
+         "--nvml-recording", str(RECORDINGS / "gpu-missing.json"), "--output", str(out)],
+        env,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0] == "show node -o gpu7"
+    assert calls[1].startswith("update nodename=gpu7 state=drain reason=gpufleet: gpu_count: ")
+    data = json.loads(out.read_text())
+    assert data["kind"] == "health" and data["meta"]["slurm"]["action"] == "drain"
+
+
+def test_gpufleets_own_drain_is_resumed_when_healthy(tmp_path: Path) -> None:
+    env, log = fake_slurm(
+        tmp_path, "NodeName=gpu7 State=IDLE+DRAIN Reason=gpufleet: gpu_count: 7 [root@now]"
+    )
+    r = health(
+        ["--slurm", "--slurm-node", "gpu7", "--manifest", str(manifest(tmp_path)),
+         "--nvml-recording", str(RECORDINGS / "healthy-h100x8.json")],
+        env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert log.read_text().splitlines()[1] == "update nodename=gpu7 state=resume"
+
+
+def test_an_admins_drain_is_left_alone(tmp_path: Path) -> None:
+    env, log = fake_slurm(tmp_path, "NodeName=gpu7 State=IDLE+DRAIN Reason=DIMM swap [admin@x]")
+    r = health(
+        ["--slurm", "--slurm-node", "gpu7", "--manifest", str(manifest(tmp_path)),
+         "--nvml-recording", str(RECORDINGS / "healthy-h100x8.json")],
+        env,
+    )  # fmt: skip
+    assert r.returncode == 0
+    assert log.read_text().splitlines() == ["show node -o gpu7"]
+    assert "not resumed" in r.stdout
+
+
+def test_checks_that_hang_are_cut_at_the_timeout_and_fail(tmp_path: Path) -> None:
+    """A child that never answers (an NVML call stuck on a lost GPU) is killed."""
+    from gpufleet.commands import cmd_health as cmd
+
+    hang = tmp_path / "python"
+    hang.write_text("#!/bin/sh\nexec sleep 30\n")
+    hang.chmod(0o755)
+    args = cmd.build_args(["--timeout", "1", "--manifest", str(manifest(tmp_path))])
+    old = sys.executable
+    try:
+        sys.executable = str(hang)
+        recs = cmd._records_bounded(args)
+    finally:
+        sys.executable = old
+    assert [(r.name, r.status) for r in recs] == [("health_timeout", "fail")]
+    assert "did not finish within 1s" in recs[0].message

@@ -1,0 +1,108 @@
+"""gpufleet.verify.verify_run (gpufleet verify, behind make verify): lock, run id, exit code 0/1/2.
+
+A stand-in ansible-playbook plays the three outcomes: the check play refuses (it never
+prints the verify play), the run fails (a summary with status fail), the run passes."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpufleet.errors import RefusedError
+from gpufleet.verify import verify_run as verifyrun
+
+FAKE = """#!{python}
+import json, os, sys
+args = sys.argv[1:]
+run_id = json.loads(args[args.index("-e") + 1])["verify_run_id"]
+mode = os.environ["FAKE_MODE"]
+open(os.environ["FAKE_ARGV"], "w").write(json.dumps(args))
+if mode == "refuse":
+    print("PLAY [Check the inventory and every node's variables] ***")
+    print("fatal: [n1]: FAILED! => verify_iters=0 is refused")
+    sys.exit(2)
+print("PLAY [Verify the GPU nodes] ***")
+if mode == "crash":
+    sys.exit(2)
+out = os.path.join("reports", run_id)
+json.dump({{"status": mode}}, open(os.path.join(out, "summary.json"), "w"))
+sys.exit(0 if mode == "pass" else 2)
+"""
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / "verify.yml").write_text("---\n")
+    (tmp_path / "roles" / "verify").mkdir(parents=True)
+    fake = tmp_path / "ansible-playbook"
+    fake.write_text(FAKE.format(python=sys.executable))
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    return tmp_path
+
+
+def _run(repo: Path, mode: str, monkeypatch: pytest.MonkeyPatch, **kw: object) -> verifyrun.Outcome:
+    monkeypatch.setenv("FAKE_MODE", mode)
+    monkeypatch.setenv("FAKE_ARGV", str(repo / "argv.json"))
+    monkeypatch.chdir(repo)
+    return verifyrun.run(
+        repo,
+        "inv",
+        ansible_playbook=str(repo / "ansible-playbook"),
+        say=io.StringIO(),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize(("mode", "code", "status"), [("pass", 0, "pass"), ("fail", 1, "fail"),
+                                                       ("crash", 1, "no-report"), ("refuse", 2, "refused")])  # fmt: skip
+def test_exit_code_says_pass_failure_or_refused(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, mode: str, code: int, status: str
+) -> None:
+    out = _run(repo, mode, monkeypatch, requested_id="r-" + mode)
+    assert (out.exit_code, out.status, out.run_id) == (code, status, "r-" + mode)
+    # a refused run leaves no claimed folder behind; the others keep theirs
+    assert (repo / "reports" / out.run_id).is_dir() == (mode != "refuse")
+
+
+def test_arguments_are_data(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    evil = ["-e", "x=`touch pwned`", "--limit", "$(touch pwned2)"]
+    _run(repo, "pass", monkeypatch, extra=evil)
+    argv = json.loads((repo / "argv.json").read_text())
+    assert argv[-4:] == evil and argv[1:3] == ["-i", "inv"]
+    assert not (repo / "pwned").exists() and not (repo / "pwned2").exists()
+
+
+def test_a_bad_run_id_is_refused_before_anything_runs(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(RefusedError, match="RUN_ID 'latest' is reserved"):
+        _run(repo, "pass", monkeypatch, requested_id="latest")
+    assert not (repo / "argv.json").exists()
+
+
+def test_a_held_lock_is_waited_for_then_refused(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (repo / "reports").mkdir()
+    with (repo / "reports" / ".verify.lock").open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(verifyrun.LockBusy, match=r"after 0\.2s"):
+            _run(repo, "pass", monkeypatch, lock_wait=0.2)
+    assert not (repo / "argv.json").exists()
+    assert _run(repo, "pass", monkeypatch).exit_code == 0  # free again
+
+
+def test_find_repo_from_a_subdirectory(repo: Path) -> None:
+    (repo / "docs").mkdir()
+    assert verifyrun.find_repo(repo / "docs") == repo
+    with pytest.raises(RefusedError, match="not inside a gpufleet checkout"):
+        verifyrun.find_repo(Path("/"))
+    assert os.path.isabs(str(verifyrun.find_repo(repo)))
