@@ -30,6 +30,10 @@ export GF_PYTEST_WORKERS = $(value PYTEST_WORKERS)
 LAUNCHER ?=
 export GF_LAUNCHER = $(value LAUNCHER)
 ARGSPLIT = $(BIN)/python -m gpufleet.argsplit
+# A make variable holding yes/no (REQUIRE_GPU, FULL, SLURM): `$(BOOL) NAME "$$VALUE"` prints 1, 0
+# or nothing (empty); any other spelling is refused, exit 2 (gpufleet.units.parse_bool).
+BOOL = $(BIN)/python -m gpufleet.units bool
+# The launchers verify knows (gpufleet.verify.launchers), checked by `gpufleet verify --launcher`.
 
 .PHONY: help
 help: ## list the targets
@@ -133,10 +137,8 @@ check: export CHECKS_OUT := $(CHECKS_OUT)
 
 .PHONY: check
 check: setup ## node health checks here (NVML, torch): $(CHECKS_OUT)/checks.{xml,json}; REQUIRE_GPU=1|0
-	@case "$$(printf '%s' "$$REQUIRE_GPU" | tr '[:upper:]' '[:lower:]')" in \
-	  "") req=();; 1|true|yes|on|y) req=(--require-gpu);; 0|false|no|off|n) req=(--no-require-gpu);; \
-	  *) echo "ERROR: REQUIRE_GPU='$$REQUIRE_GPU' is refused -> allowed: 1, true, yes, on, y or 0, false, no, off, n (any case), or empty" >&2; exit 2;; \
-	esac; \
+	@req=$$($(BOOL) REQUIRE_GPU "$$REQUIRE_GPU"); \
+	case "$$req" in "") req=();; 1) req=(--require-gpu);; *) req=(--no-require-gpu);; esac; \
 	mkdir -p -- "$$CHECKS_OUT"; \
 	PYTHONPATH=src $(ARGSPLIT) GF_CHECKS_ARGS CHECKS_ARGS -- \
 		$(BIN)/python -m pytest -c checks/pytest.ini checks -p no:cacheprovider \
@@ -166,9 +168,11 @@ $(WHEEL_STAMP): $(SETUP_STAMP) $(WHEEL_SOURCES)
 	@touch $@
 
 .PHONY: provision
+provision: export GF_FULL = $(value FULL)
 provision: setup wheel ## provision the nodes of $(INVENTORY): driver, toolkit, env, network (FULL=1: no converged fast path)
-	$(BIN)/ansible-playbook playbooks/provision.yml -i "$$GF_INVENTORY" \
-		$(if $(filter 1 true yes,$(FULL)),-e gpufleet_converge_fast=false)
+	@full=$$($(BOOL) FULL "$$GF_FULL"); extra=(); [ "$$full" = 1 ] && extra=(-e gpufleet_converge_fast=false); \
+	echo "ansible-playbook playbooks/provision.yml -i $$GF_INVENTORY $${extra[*]-}"; \
+	$(BIN)/ansible-playbook playbooks/provision.yml -i "$$GF_INVENTORY" $${extra[@]+"$${extra[@]}"}
 
 .PHONY: syntax-check
 syntax-check: setup ## ansible-playbook --syntax-check of site.yml and the playbooks
@@ -243,8 +247,9 @@ testbed-deps: ## install the testbed's host tools with apt-get (debootstrap, dnf
 # SLURM=1 (or LAUNCHER=slurm) also runs Slurm on the nodes: slurmctld on node1, slurmd on
 # every node (the site's scheduler; kept until testbed-down).
 SLURM ?=
+export GF_SLURM = $(value SLURM)
 testbed-up: setup testbed-deps ## start the simulated EL cluster (NODES=3; SLURM=1 adds Slurm; idempotent); prints the inventory path
-	@slurm=(); case "$$(printf '%s' "$(value SLURM)" | tr '[:upper:]' '[:lower:]')" in 1|true|yes|on) slurm=(--slurm);; esac; \
+	@slurm=(); sl=$$($(BOOL) SLURM "$$GF_SLURM"); [ "$$sl" = 1 ] && slurm=(--slurm); \
 	[ "$$GF_LAUNCHER" = slurm ] && slurm=(--slurm); \
 	$(TBCTL) up --nodes "$$GF_NODES" $${slurm[@]+"$${slurm[@]}"}
 
