@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,11 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "testbed") not in sys.path:
     sys.path.insert(0, str(REPO / "testbed"))
 
 from tbctl import config, nodes  # noqa: E402
+from tbctl.cli import REQUIRED_TOOLS  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 INVENTORY = config.INVENTORY_DIR
@@ -37,6 +41,23 @@ RECAP = re.compile(
 )
 # what a verify run leaves running on a node if something went wrong
 LEFTOVER = re.compile(r"torch\.distributed\.run|gpufleet\.workers|gpufleet\.netprobe")
+
+
+def cluster_marks(
+    timeout: int, tools: Sequence[str] = REQUIRED_TOOLS
+) -> list[pytest.MarkDecorator]:
+    """The marks of a test module on the simulated cluster: testbed and slow, a pytest timeout
+    (seconds), and a skip without root or without one of ``tools`` on the host."""
+    missing = [t for t in tools if shutil.which(t) is None]
+    return [
+        pytest.mark.testbed,
+        pytest.mark.slow,
+        pytest.mark.timeout(timeout),
+        pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (namespaces, mounts)"),
+        pytest.mark.skipif(
+            bool(missing), reason=f"testbed tools missing: {missing}; run `make testbed-deps`"
+        ),
+    ]
 
 
 @dataclass

@@ -12,9 +12,7 @@ docs/performance.md records them.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -31,18 +29,9 @@ from tbctl import config, nodes  # noqa: E402
 
 import testbed_lib as tb  # noqa: E402
 
-pytestmark = [
-    pytest.mark.testbed,
-    pytest.mark.slow,
-    # cold: debootstrap + mirror + 3 first provisions + verify + rerun; pyproject's 600 s
-    # default is for ordinary tests
-    pytest.mark.timeout(3600),
-    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (namespaces, mounts)"),
-    pytest.mark.skipif(
-        shutil.which("debootstrap") is None or shutil.which("rpmbuild") is None,
-        reason="testbed tools missing; run `make testbed-deps`",
-    ),
-]
+# cold: debootstrap + mirror + 3 first provisions + verify + rerun; pyproject's 600 s
+# default is for ordinary tests
+pytestmark = tb.cluster_marks(timeout=3600, tools=("debootstrap", "rpmbuild"))
 
 RECAP = re.compile(
     r"^(\S+)\s+:\s+ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.M

@@ -34,6 +34,7 @@ from testbed_lib import (
     block_output,
     by_name,
     clear_faults,
+    cluster_marks,
     cluster_nodes,
     link,
     make,
@@ -50,15 +51,8 @@ from testbed_lib import (
 )
 
 pytestmark = [
-    pytest.mark.testbed,
     pytest.mark.faults,
-    pytest.mark.slow,
-    pytest.mark.timeout(1800),
-    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (namespaces, mounts)"),
-    pytest.mark.skipif(
-        shutil.which("debootstrap") is None or shutil.which("nft") is None,
-        reason="testbed tools missing; run `make testbed-deps`",
-    ),
+    *cluster_marks(timeout=1800, tools=("debootstrap", "nft")),
 ]
 
 sys.path.insert(0, str(REPO / "testbed"))
@@ -127,6 +121,18 @@ def fails(s: Mapping[str, Any], node: str, text: str) -> bool:
         r["status"] == "fail" and text in r["message"]
         for r in s["nodes"].get(node, {}).get("records", [])
     )
+
+
+def failed_verify(name: str, undo: Callable[[], object]) -> tuple[str, Run]:
+    """make verify (the cluster step only) under a fault that ``undo`` removes whatever happens;
+    the run must fail. Returns its run id and the run."""
+    rid = run_id(name)
+    try:
+        ver = verify(rid, *CLUSTER_ONLY, log=OUT / f"{name}-verify.log", timeout=600)
+    finally:
+        undo()
+    assert ver.rc != 0, ver.tail()
+    return rid, ver
 
 
 P = ParamSpec("P")
@@ -338,12 +344,7 @@ def test_rendezvous_port_blocked_stops_in_the_precheck(cluster: list[config.Node
     names the blocked pairs in the pre-check and starts no torchrun anywhere."""
     node1 = by_name("node1")
     block_input(node1, 'iifname "eth0" tcp dport 29500 drop')
-    rid = run_id("rdzv-blocked")
-    try:
-        ver = verify(rid, *CLUSTER_ONLY, log=OUT / "rdzv-blocked-verify.log", timeout=600)
-    finally:
-        clear_faults(node1)
-    assert ver.rc != 0, ver.tail()
+    rid, ver = failed_verify("rdzv-blocked", lambda: clear_faults(node1))
     for src in ("node2", "node3"):
         assert f"{src} -> node1 (10.213.0.11:29500, rendezvous)" in ver.out, ver.tail()
     assert "node1 -> node1" not in ver.out
@@ -452,12 +453,7 @@ def test_full_run_directory_names_the_node_and_the_error(cluster: list[config.No
         f"test \"$(df -Pi {runs} | awk 'NR==2 {{print $4}}')\" = 0",
     )
     assert r.returncode == 0, r.stderr
-    rid = run_id("full-run-dir")
-    try:
-        ver = verify(rid, *CLUSTER_ONLY, log=OUT / "full-run-dir-verify.log", timeout=600)
-    finally:
-        node_sh(node2, f"umount {runs}")
-    assert ver.rc != 0, ver.tail()
+    rid, ver = failed_verify("full-run-dir", lambda: node_sh(node2, f"umount {runs}"))
     s = summary(rid)
     why = s["run"]["dropped"].get("node2", "")
     # the first write under the run directory is node2's verify lock there
@@ -500,12 +496,7 @@ def test_bad_interface_in_nccl_env_is_named_before_launch(cluster: list[config.N
     env = "/etc/gpufleet/nccl.env"
     node_sh(node2, f"cp {env} /root/nccl.env.good && "
                    f"sed -i 's/^GLOO_SOCKET_IFNAME=.*/GLOO_SOCKET_IFNAME=bogus0/' {env}")  # fmt: skip
-    rid = run_id("bad-iface")
-    try:
-        ver = verify(rid, *CLUSTER_ONLY, log=OUT / "bad-iface-verify.log", timeout=600)
-    finally:
-        node_sh(node2, f"cp /root/nccl.env.good {env}")
-    assert ver.rc != 0, ver.tail()
+    rid, ver = failed_verify("bad-iface", lambda: node_sh(node2, f"cp /root/nccl.env.good {env}"))
     s = summary(rid)
     assert fails(s, "node2", "GLOO_SOCKET_IFNAME='bogus0'"), s["failures"]
     assert not fails(s, "node1", "bogus0") and not fails(s, "node3", "bogus0")

@@ -9,9 +9,9 @@ over any testbed that is already up and tear it down at the end.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,48 +23,17 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "testbed"))
 
 from tbctl import config, nodes  # noqa: E402
-from tbctl.cli import REQUIRED_TOOLS  # noqa: E402
 from tbctl.sh import processes  # noqa: E402
 
-from testbed_lib import ssh_argv  # noqa: E402
+import testbed_lib  # noqa: E402
+from testbed_lib import ssh  # noqa: E402
 
-_missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
-
-pytestmark = [
-    pytest.mark.testbed,
-    pytest.mark.slow,
-    pytest.mark.timeout(1800),  # the first `up` may build the base rootfs (debootstrap)
-    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (namespaces, mounts)"),
-    pytest.mark.skipif(
-        bool(_missing), reason=f"testbed tools missing: {_missing}; run `make testbed-deps`"
-    ),
-]
+# the first `up` may build the base rootfs (debootstrap)
+pytestmark = testbed_lib.cluster_marks(timeout=1800)
 
 N_NODES = int(os.environ.get("TESTBED_TEST_NODES", "3"))
-TBCTL = [sys.executable, "-m", "tbctl"]
-ENV = dict(os.environ, PYTHONPATH=str(REPO / "testbed"))
-
-
-def tbctl(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*TBCTL, *args],
-        env=ENV,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def ssh(address: str, command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*ssh_argv(address), command],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+# a cold `up` (debootstrap) within the module's 1800 s
+tbctl = functools.partial(testbed_lib.tbctl, timeout=1200)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +55,7 @@ def el_node(cluster: list[config.Node], majors: tuple[int, ...]) -> config.Node:
 
 def test_each_node_answers_ssh_with_its_own_name_and_address(cluster: list[config.Node]) -> None:
     for n in cluster:
-        r = ssh(n.address, "hostname; ip -4 -o addr show dev eth0; cat /etc/redhat-release")
+        r = ssh(n, "hostname; ip -4 -o addr show dev eth0; cat /etc/redhat-release")
         assert r.returncode == 0, f"{n.name}: {r.stderr}"
         lines = r.stdout.splitlines()
         assert lines[0] == n.name
@@ -137,22 +106,25 @@ def test_ansible_facts_say_el_with_dnf(cluster: list[config.Node], tmp_path: Pat
         assert facts["ansible_distribution"] == want[n.release.distro_id]
 
 
-def _repo(node: config.Node, repo_id: str, baseurl: str, key: str) -> str:
+def _repo(node: config.Node, repo_id: str, path: str = "", repo_gpgcheck: int = 1) -> str:
+    """Shell that writes /etc/yum.repos.d/<repo_id>.repo for ``path`` of the testbed mirror
+    (default: the node's CUDA repository), signed by the testbed key."""
+    url = config.mirror_url()
+    baseurl = f"{url}/{path or f'cuda/rhel{node.release.major}/x86_64'}"
+    key = f"{url}/keys/RPM-GPG-KEY-gpufleet-testbed"
     return (
         f"printf '[{repo_id}]\\nname={repo_id}\\nbaseurl={baseurl}\\nenabled=1\\n"
-        f"gpgcheck=1\\nrepo_gpgcheck=1\\ngpgkey={key}\\n' > /etc/yum.repos.d/{repo_id}.repo"
+        f"gpgcheck=1\\nrepo_gpgcheck={repo_gpgcheck}\\ngpgkey={key}\\n' "
+        f"> /etc/yum.repos.d/{repo_id}.repo"
     )
 
 
 def test_dnf_installs_a_signed_standin_with_gpgcheck(cluster: list[config.Node]) -> None:
-    url = config.mirror_url()
     for n in cluster:
         rid = "gftb-test-cuda"
-        base = f"{url}/cuda/rhel{n.release.major}/x86_64"
-        key = f"{url}/keys/RPM-GPG-KEY-gpufleet-testbed"
         r = ssh(
-            n.address,
-            _repo(n, rid, base, key) + " && "
+            n,
+            _repo(n, rid) + " && "
             f"dnf -y --disablerepo='*' --enablerepo={rid} install cuda-toolkit-12-8 && "
             "/usr/local/cuda-12.8/bin/nvcc --version && rpm -q cuda-toolkit-12-8 && "
             f"dnf -y --disablerepo='*' remove cuda-toolkit-12-8; rm -f /etc/yum.repos.d/{rid}.repo",
@@ -164,13 +136,10 @@ def test_dnf_installs_a_signed_standin_with_gpgcheck(cluster: list[config.Node])
 
 def test_dnf_understands_the_nvidia_driver_module(cluster: list[config.Node]) -> None:
     n = el_node(cluster, (8, 9))
-    url = config.mirror_url()
     rid = "gftb-test-mod"
-    base = f"{url}/cuda/rhel{n.release.major}/x86_64"
-    key = f"{url}/keys/RPM-GPG-KEY-gpufleet-testbed"
     r = ssh(
-        n.address,
-        _repo(n, rid, base, key) + " && "
+        n,
+        _repo(n, rid) + " && "
         f"dnf -y --disablerepo='*' --enablerepo={rid} module list nvidia-driver; "
         f"rm -f /etc/yum.repos.d/{rid}.repo",
     )
@@ -181,15 +150,11 @@ def test_dnf_understands_the_nvidia_driver_module(cluster: list[config.Node]) ->
 
 def test_a_package_signed_with_another_key_is_refused(cluster: list[config.Node]) -> None:
     n = cluster[0]
-    url = config.mirror_url()
     rid = "gftb-test-foreign"
     # the repo's own metadata is signed by the foreign key too: only check the packages here
     r = ssh(
-        n.address,
-        _repo(n, rid, f"{url}/foreign", f"{url}/keys/RPM-GPG-KEY-gpufleet-testbed").replace(
-            "repo_gpgcheck=1", "repo_gpgcheck=0"
-        )
-        + " && "
+        n,
+        _repo(n, rid, "foreign", repo_gpgcheck=0) + " && "
         f"dnf -y --disablerepo='*' --enablerepo={rid} install gpufleet-foreign-test; "
         f"echo rc=$?; rpm -q gpufleet-foreign-test; rm -f /etc/yum.repos.d/{rid}.repo",
     )
@@ -201,7 +166,7 @@ def test_a_package_signed_with_another_key_is_refused(cluster: list[config.Node]
 
 def test_firewalld_answers_in_each_node(cluster: list[config.Node]) -> None:
     for n in cluster:
-        r = ssh(n.address, "firewall-cmd --state && systemctl is-active firewalld sshd")
+        r = ssh(n, "firewall-cmd --state && systemctl is-active firewalld sshd")
         assert r.returncode == 0, f"{n.name}: {r.stdout} {r.stderr}"
         assert r.stdout.split() == ["running", "active", "active"]
 
@@ -217,7 +182,7 @@ def test_up_with_other_node_counts_removes_and_adds_nodes(cluster: list[config.N
     assert back.returncode == 0, back.stdout + back.stderr
     assert sorted(nodes.our_netns()) == sorted(n.netns for n in cluster)
     last = cluster[-1]
-    r = ssh(cluster[0].address, f"getent hosts {last.name}")
+    r = ssh(cluster[0], f"getent hosts {last.name}")
     assert r.stdout.split()[:2] == [last.address, last.name], r.stdout + r.stderr
 
 

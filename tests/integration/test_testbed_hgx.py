@@ -15,8 +15,6 @@ nothing is started (no GPU: enabled only)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,21 +26,10 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "testbed"))
 
 from tbctl import config, render  # noqa: E402
-from tbctl.cli import REQUIRED_TOOLS  # noqa: E402
 
 import testbed_lib as tb  # noqa: E402
 
-_missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
-
-pytestmark = [
-    pytest.mark.testbed,
-    pytest.mark.slow,
-    pytest.mark.timeout(1800),
-    pytest.mark.skipif(os.geteuid() != 0, reason="the testbed needs root (namespaces, mounts)"),
-    pytest.mark.skipif(
-        bool(_missing), reason=f"testbed tools missing: {_missing}; run `make testbed-deps`"
-    ),
-]
+pytestmark = tb.cluster_marks(timeout=1800)
 
 POSES = {1: "b200", 3: "h100"}
 PLAYBOOK = "tests/playbooks/hgx_provision.yml"
