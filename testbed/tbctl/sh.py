@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 
 class TestbedError(RuntimeError):
@@ -37,30 +39,17 @@ def run(
     """Run cmd; on failure raise TestbedError naming `what`, the command, its tail, and `fix`."""
     argv = [str(c) for c in cmd]
     try:
-        if log is not None:
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with log.open("a") as fh:
+        with contextlib.ExitStack() as stack:
+            if log is not None:
+                log.parent.mkdir(parents=True, exist_ok=True)
+                fh = stack.enter_context(log.open("a"))
                 fh.write(f"\n$ {shlex.join(argv)}\n")
                 fh.flush()
-                proc = subprocess.run(
-                    argv,
-                    stdout=fh,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                    input=input_text,
-                    env=env,
-                    timeout=timeout,
-                    check=False,
-                )
-        else:
+                output: dict[str, Any] = {"stdout": fh, "stderr": subprocess.STDOUT}
+            else:
+                output = {"capture_output": True}
             proc = subprocess.run(
-                argv,
-                capture_output=True,
-                text=True,
-                input=input_text,
-                env=env,
-                timeout=timeout,
-                check=False,
+                argv, text=True, input=input_text, env=env, timeout=timeout, check=False, **output
             )
     except FileNotFoundError as exc:
         raise TestbedError(
