@@ -70,11 +70,16 @@ def test_refusal_exits_2_with_paragraph_on_stderr(capsys: pytest.CaptureFixture[
     assert cap.err.count("\n") == 1  # one paragraph
 
 
-def test_usage_error_is_argparse_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+def _usage_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    """Run ``gpufleet ARGV``, which must stop as argparse does (SystemExit 2); its stderr."""
     with pytest.raises(SystemExit) as info:
-        main(["plan"])
+        main(argv)
     assert info.value.code == 2
-    assert "--torch" in capsys.readouterr().err
+    return capsys.readouterr().err
+
+
+def test_usage_error_is_argparse_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "--torch" in _usage_error(capsys, ["plan"])
 
 
 def test_readme_matrix_is_generated_from_data(repo_root: Path) -> None:
@@ -112,18 +117,19 @@ def test_plan_is_fast_and_never_imports_torch() -> None:
         (["report", "root-cause", "a.log", "b.log"], "b.log"),
         (["report", "summary"], "run_dir"),
         (["report", "summary", "reports/x", "--plot"], "--plot"),
+        (["verify", "--lock-wait", "-1"], "--lock-wait"),
+        (["verify", "--lock-wait", "nan"], "--lock-wait"),
+        (["runid", "a", "b"], "b"),
+        (["logs", "first-error"], "LOG"),
+        (["dcgm", "diag", "--level", "9"], "--level"),
     ],
 )
 def test_bad_arguments_are_one_line_naming_them_exit_2(
     capsys: pytest.CaptureFixture[str], argv: list[str], names: str
 ) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2
-    cap = capsys.readouterr()
-    assert cap.err.startswith("ERROR: gpufleet")
-    assert names in cap.err
-    assert cap.err.count("\n") == 1
+    err = _usage_error(capsys, argv)
+    assert err.startswith("ERROR: gpufleet"), err
+    assert names in err and err.count("\n") == 1, err
 
 
 def test_bad_probe_target_is_refused_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -150,30 +156,7 @@ def test_every_command_refuses_an_unknown_option_in_one_line(
 ) -> None:
     """Each sub-command (a new one too): a bad argument is exit 2 and one line naming it or,
     where a required argument is missing too, that one (argparse reports it first)."""
-    with pytest.raises(SystemExit) as info:
-        main([command, "--no-such-option=1"])
-    assert info.value.code == 2
-    err = capsys.readouterr().err
+    err = _usage_error(capsys, [command, "--no-such-option=1"])
     assert err.startswith("ERROR: gpufleet"), err
     assert "--no-such-option" in err or "the following arguments are required: " in err, err
     assert err.count("\n") == 1 and "Traceback" not in err and "_cmd" not in err
-
-
-@pytest.mark.parametrize(
-    ("argv", "names"),
-    [
-        (["verify", "--lock-wait", "-1"], "--lock-wait"),
-        (["verify", "--lock-wait", "nan"], "--lock-wait"),
-        (["runid", "a", "b"], "b"),
-        (["logs", "first-error"], "LOG"),
-        (["dcgm", "diag", "--level", "9"], "--level"),
-    ],
-)
-def test_bad_arguments_of_the_newer_commands(
-    capsys: pytest.CaptureFixture[str], argv: list[str], names: str
-) -> None:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2
-    err = capsys.readouterr().err
-    assert names in err and err.count("\n") == 1, err
