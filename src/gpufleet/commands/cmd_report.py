@@ -1,8 +1,9 @@
 """``gpufleet report``: aggregate a verify run, or read torchrun's root cause of a log.
 
 gpufleet report summary reports/<run-id> [--run-info FILE|-] [--latest] [--no-plot] [--quiet]
-    summary.json, summary.md, bandwidth.png and the table; exit 1 when any record
-    failed (docs/architecture.md). ``gpufleet report reports/<run-id>`` is the same.
+    summary.json, summary.md, bandwidth.png, junit.xml (one JUnit file for the cluster)
+    and the table; exit 1 when any record failed or could not finish (incomplete)
+    (docs/architecture.md). ``gpufleet report reports/<run-id>`` is the same.
     --run-info writes the run's description (a JSON object: run.json) into the run folder
     first; ``-`` reads it from stdin (roles/verify passes it so, in the same step).
 gpufleet report root-cause LOG
@@ -27,10 +28,15 @@ DEFAULT_SUBCOMMAND = "summary"
 
 def register(sub: Any) -> None:
     p = add_command(
-        sub, "report", "aggregate a verify run into summary.json/md and bandwidth.png", __doc__
+        sub,
+        "report",
+        "aggregate a verify run into summary.json/md, bandwidth.png and junit.xml",
+        __doc__,
     )
     rsub = p.add_subparsers(dest="report_cmd", metavar="SUBCOMMAND", required=True)
-    s = rsub.add_parser("summary", help="write summary.json/md, bandwidth.png; print the table")
+    s = rsub.add_parser(
+        "summary", help="write summary.json/md, bandwidth.png, junit.xml; print the table"
+    )
     s.add_argument("run_dir", help="reports/<run-id>")
     s.add_argument(
         "--run-info",
@@ -85,7 +91,7 @@ def run_summary(args: argparse.Namespace) -> int:
         update_latest(s.run_dir.resolve())
     if not args.quiet:
         print(table(s))
-        print(f"\nreport: {s.run_dir}/summary.md (summary.json, bandwidth.png)")
+        print(f"\nreport: {s.run_dir}/summary.md (summary.json, bandwidth.png, junit.xml)")
     return s.exit_code
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import GpufleetError, RefusedError
-from gpufleet.report import training
+from gpufleet.report import junit, training
 from gpufleet.report.localise import analyse_bisection
 from gpufleet.report.logs import (
     junit_records,
@@ -243,6 +243,7 @@ def to_json(s: Summary) -> dict[str, Any]:
         "suspect_nodes": s.suspects,
         "suspect_reason": s.suspect_reason,
         "launcher": str(s.run_info.get("launcher") or "ssh"),
+        "junit": junit.FILE,  # relative to the run folder
         "slurm_jobs": slurm_jobs(s),
         **training_sections(s),
     }

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.report.logscan import first_error, launch_first_error
-from gpufleet.results import Record
+from gpufleet.results import STATUSES, Record
 
 
 def read_text(path: Path) -> str:
@@ -95,7 +95,10 @@ def junit_records(path: Path, node: str) -> list[Record]:
             if child.tag in ("failure", "error"):
                 status, message = "fail", (child.get("message") or "")[:500]
             elif child.tag == "skipped":
-                status, message = "skip", (child.get("message") or "")[:500]
+                message = (child.get("message") or "")[:500]
+                # the checks suite writes an incomplete check as a skip "incomplete: ..."
+                incomplete = message.startswith("incomplete:") and "incomplete" in STATUSES
+                status = "incomplete" if incomplete else "skip"
         recs.append(Record(name=name, status=status, node=node, message=message))
     return recs
 

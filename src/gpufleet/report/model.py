@@ -6,7 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpufleet.results import BandwidthRow, Record, ResultFile
+from gpufleet.results import STATUSES, BandwidthRow, Record, ResultFile
+
+#: Statuses that let a run pass. Any other one is not a pass: "fail" fails the run, and any
+#: status this module does not know (e.g. "incomplete": a check that could not finish) makes
+#: the run "incomplete", counted apart from the failures and never as one.
+PASSING = ("pass", "warn", "skip")
 
 
 @dataclass
@@ -33,6 +38,10 @@ class Summary:
     suspect_reason: str = ""
     bisect_results: list[dict[str, Any]] = field(default_factory=list)  # every group run
     bisect_reason: str = ""
+    # slow-node findings (gpufleet.report.slownodes): one dict per named node
+    slow_nodes: list[dict[str, Any]] = field(default_factory=list)
+    slow_reason: str = ""  # why no comparison ran, or how many nodes were compared
+    pairs: dict[str, Any] | None = None  # the pair-sweep matrix, when pairs.json exists
 
     def rows(self) -> list[tuple[str, str, Record]]:
         return [
@@ -40,21 +49,30 @@ class Summary:
         ]
 
     def counts(self) -> dict[str, int]:
-        c = dict.fromkeys(("pass", "warn", "fail", "skip"), 0)
+        """Records per status: every known status (0 when none), then any other one seen."""
+        c: dict[str, int] = dict.fromkeys((*STATUSES, "incomplete"), 0)
         for _, _, r in self.rows():
-            c[r.status] += 1
+            c[str(r.status)] = c.get(str(r.status), 0) + 1
         return c
 
     def failures(self) -> list[tuple[str, str, Record]]:
         return [x for x in self.rows() if x[2].status == "fail"]
 
+    def unfinished(self) -> list[tuple[str, str, Record]]:
+        """Records that neither passed nor failed ("incomplete", or a status not known here)."""
+        return [x for x in self.rows() if x[2].status != "fail" and x[2].status not in PASSING]
+
     @property
     def status(self) -> str:
-        return "fail" if self.failures() else "pass"
+        """fail (any failure), else incomplete (any record that did not finish), else pass."""
+        if self.failures():
+            return "fail"
+        return "incomplete" if self.unfinished() else "pass"
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.failures() else 0
+        """0 only when the run passed: a failed or an incomplete run is 1."""
+        return 0 if self.status == "pass" else 1
 
     def bandwidth(self) -> list[tuple[str, str, BandwidthRow]]:
         """(label, node, row) for every sweep; label = kind (allreduce = the cluster run)."""

@@ -8,14 +8,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpufleet.report import training
+from gpufleet.report import junit, training
 from gpufleet.report.aggregate import collect, to_json, training_sections
 from gpufleet.report.model import Summary
 from gpufleet.results import BandwidthRow
 from gpufleet.results import write_json_atomic as _write_json
 from gpufleet.units import human_size
 
-SUMMARY_FILES = ("summary.json", "summary.md", "bandwidth.png")
+SUMMARY_FILES = ("summary.json", "summary.md", "bandwidth.png", "junit.xml")
 
 
 def render_markdown(s: Summary) -> str:
@@ -81,19 +81,19 @@ def plot_bandwidth(s: Summary, path: Path) -> Path:
 def table(s: Summary) -> str:
     """Plain-text table for the terminal."""
     lines = [f"gpufleet verify run {s.run_id}: {s.status.upper()}  ({s.run_dir})", ""]
-    head = f"{'node':<20} {'suite':<18} {'pass':>5} {'warn':>5} {'fail':>5} {'skip':>5}"
+    cols = list(s.counts())  # every known status, then any other one seen in this run
+    width = {c: max(5, len(c)) for c in cols}
+    head = f"{'node':<20} {'suite':<18} " + " ".join(f"{c:>{width[c]}}" for c in cols)
     lines += [head, "-" * len(head)]
     for n, nr in sorted(s.nodes.items()):
         per: dict[str, dict[str, int]] = {}
         for kind, r in nr.all_records():
-            per.setdefault(kind, dict.fromkeys(("pass", "warn", "fail", "skip"), 0))
+            per.setdefault(kind, dict.fromkeys(cols, 0))
             per[kind][r.status] += 1
         if not per:
             lines.append(f"{n:<20} {'(no results)':<18}")
         for kind, c in sorted(per.items()):
-            lines.append(
-                f"{n:<20} {kind:<18} {c['pass']:>5} {c['warn']:>5} {c['fail']:>5} {c['skip']:>5}"
-            )
+            lines.append(f"{n:<20} {kind:<18} " + " ".join(f"{c[x]:>{width[x]}}" for x in cols))
     bw = s.bandwidth()
     if bw:
         lines += [
@@ -131,6 +131,7 @@ def write_report(run_dir: str | os.PathLike[str], *, plot: bool = True) -> Summa
     _write_json(s.run_dir / "summary.json", to_json(s))
     (s.run_dir / "summary.json").chmod(0o644)
     (s.run_dir / "summary.md").write_text(render_markdown(s), encoding="utf-8")
+    junit.write(s, s.run_dir / junit.FILE)
     if plot:
         plot_bandwidth(s, s.run_dir / "bandwidth.png")
     return s
