@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.errors import RefusedError
-from gpufleet.results import Record, ResultFile
+from gpufleet.results import Record, ResultFile, utc_stamp
 
 
 @dataclass(frozen=True)
@@ -234,15 +234,28 @@ class PortInUse(RefusedError):
         self.node, self.bind, self.port, self.holder, self.role = node, bind, port, holder, role
 
 
+def net_result_file(
+    kind: str, node: str, records: list[Record], duration_s: float = 0.0
+) -> ResultFile:
+    """A result file of the network pre-check (mode net) of ``node``, started now."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    return ResultFile(
+        kind=kind,
+        node=node,
+        mode="net",
+        started=utc_stamp(now),
+        duration_s=duration_s,
+        records=records,
+    )
+
+
 def listen_failure_file(node: str, busy: PortInUse | Sequence[PortInUse]) -> ResultFile:
     """The probe-listen result of a node whose listener could not take every port."""
     excs = [busy] if isinstance(busy, PortInUse) else list(busy)
-    return ResultFile(
-        kind="probe-listen",
-        node=node,
-        mode="net",
-        started=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        records=[
+    return net_result_file(
+        "probe-listen",
+        node,
+        [
             Record(
                 name=f"listen {exc.bind}:{exc.port} ({exc.role})",
                 status="fail",
@@ -342,14 +355,7 @@ def result_file(node: str, results: Sequence[ProbeResult], duration: float) -> R
         )
         for r in results
     ]
-    return ResultFile(
-        kind="probe",
-        node=node,
-        mode="net",
-        started=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        duration_s=duration,
-        records=recs,
-    )
+    return net_result_file("probe", node, recs, duration)
 
 
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -389,12 +395,10 @@ def node_interfaces(sysfs: Path = Path("/sys/class/net")) -> list[str]:
 
 
 def ifname_result_file(node: str, problems: Sequence[str], env_file: str) -> ResultFile:
-    return ResultFile(
-        kind="probe-ifaces",
-        node=node,
-        mode="net",
-        started=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        records=[
+    return net_result_file(
+        "probe-ifaces",
+        node,
+        [
             Record(
                 name="socket interfaces (nccl.env)",
                 status="fail" if problems else "pass",
