@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -110,7 +111,7 @@ def test_every_role_depends_on_gpufleet_common(role: str) -> None:
 
 def test_shared_variables_have_one_default() -> None:
     """A gpufleet_* variable is defaulted in gpufleet_common only: no role writes
-    `gpufleet_x | default(...)`, and the user-facing inventory shows the same values."""
+    `gpufleet_x | default(...)`."""
     shared = yaml.safe_load((REPO / "roles/gpufleet_common/defaults/main.yml").read_text())
     offenders = []
     for path in sorted(REPO.glob("roles/*/**/*.yml")):
@@ -121,11 +122,97 @@ def test_shared_variables_have_one_default() -> None:
                 if m.group(1) in shared:
                     offenders.append(f"{path.relative_to(REPO)}:{n}: {m.group(1)}")
     assert not offenders, offenders
-    inventory = yaml.safe_load((REPO / "inventory/group_vars/all/provision.yml").read_text())
-    differ = {k: (v, shared[k]) for k, v in inventory.items() if k in shared and v != shared[k]}
-    assert not differ, (
-        f"inventory/group_vars/all/provision.yml differs from gpufleet_common: {differ}"
-    )
+
+
+def main_options() -> dict[str, dict[str, Any]]:
+    """Every role's main-entry-point options, by variable name."""
+    options: dict[str, dict[str, Any]] = {}
+    for role in ROLES:
+        path = REPO / "roles" / role / "meta" / "argument_specs.yml"
+        specs = yaml.safe_load(path.read_text())["argument_specs"]
+        options.update(specs["main"]["options"] or {})
+    return options
+
+
+_PYTHON_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "path": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "list": (list,),
+    "dict": (dict,),
+}
+
+
+def type_problem(name: str, value: Any, options: dict[str, dict[str, Any]]) -> str | None:
+    """Why ``name: value`` is not a declared role option of its declared type (None: it is).
+    A templated string is typed when Ansible renders it, so only its option is checked."""
+    if name not in options:
+        return f"{name} is no role's option (meta/argument_specs.yml)"
+    kind = str(options[name].get("type", "str"))
+    if isinstance(value, str) and "{{" in value:
+        return None
+    wanted = _PYTHON_TYPES.get(kind, (object,))
+    if not isinstance(value, wanted) or (kind in ("int", "float") and isinstance(value, bool)):
+        return f"{name}: {value!r} is not of type {kind}"
+    choices = options[name].get("choices")
+    if choices and value not in choices:
+        return f"{name}: {value!r} is not one of {choices}"
+    return None
+
+
+_EXAMPLE = re.compile(r"^#\s*([a-z][a-z0-9_]*):(\s.*)?$")
+_ROLE_VARIABLE = re.compile(r"^(gpufleet|" + "|".join(ROLES) + r")_")
+
+
+def test_the_inventory_sets_declared_options_of_their_type() -> None:
+    """inventory/group_vars/all shows what a site usually sets; each value there, and each
+    commented example, is a declared role option of its declared type (a renamed or
+    mistyped variable fails here, not silently on a cluster)."""
+    options = main_options()
+    problems = []
+    for path in sorted((REPO / "inventory" / "group_vars" / "all").glob("*.yml")):
+        text = path.read_text()
+        for name, value in (yaml.safe_load(text) or {}).items():
+            problems.append(type_problem(name, value, options))
+        for line in text.splitlines():
+            example = _EXAMPLE.match(line)
+            if example:
+                ((name, value),) = yaml.safe_load(line.lstrip("# ")).items()
+                problems.append(type_problem(name, value, options))
+    assert not [p for p in problems if p], [p for p in problems if p]
+
+
+@pytest.mark.parametrize("source", ["inventory/hosts.yml", "inventory/examples/cluster.yml"])
+def test_the_inventory_hosts_set_declared_options(source: str) -> None:
+    """Role and gpufleet_* variables of the shipped hosts files are declared options of
+    their type (the Ansible connection variables are Ansible's)."""
+    options = main_options()
+    found: list[tuple[str, Any]] = []
+
+    def walk(group: dict[str, Any]) -> None:
+        found.extend((group.get("vars") or {}).items())
+        for host_vars in (group.get("hosts") or {}).values():
+            found.extend((host_vars or {}).items())
+        for child in (group.get("children") or {}).values():
+            walk(child or {})
+
+    walk(yaml.safe_load((REPO / source).read_text())["all"])
+    problems = [type_problem(k, v, options) for k, v in found if _ROLE_VARIABLE.match(k)]
+    assert found and not [p for p in problems if p], [p for p in problems if p]
+
+
+def test_the_inventory_checks_refuse_what_they_should() -> None:
+    options = main_options()
+    assert type_problem("gpufleet_torch_versoin", "2.13.0", options)
+    assert type_problem("gpufleet_rdzv_port", "29500", options)
+    assert type_problem("gpufleet_dcgm", "yes", options)
+    assert type_problem("gpufleet_gpus_expected", True, options)
+    assert type_problem("torch_env_manager", "pip", options)
+    assert type_problem("gpufleet_gpu_archs", "sm_80", options)
+    assert type_problem("gpufleet_cluster_cidr", "10.1.0.0/16", options) is None
+    assert type_problem("verify_python", "{{ ansible_playbook_python }}", options) is None
 
 
 @pytest.mark.parametrize("role", ROLES)
