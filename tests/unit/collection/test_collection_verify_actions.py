@@ -121,7 +121,7 @@ def test_prepare_names_a_broken_manifest_and_counts_nothing(
     (tmp_path / "manifest.json").write_text(content)
     calls: list[str] = []
 
-    def run(cmd: str, sudoable: bool = True) -> dict[str, Any]:
+    def run(cmd: str, sudoable: bool = True, in_data: bytes | None = None) -> dict[str, Any]:
         calls.append(cmd)
         return _local(cmd)
 
@@ -142,7 +142,7 @@ def test_prepare_refuses_a_run_dir_that_exists(
 def test_prepare_says_so_when_the_node_answers_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(cmd: str, sudoable: bool = True) -> dict[str, Any]:
+    def broken(cmd: str, sudoable: bool = True, in_data: bytes | None = None) -> dict[str, Any]:
         return {"rc": 255, "stdout": "", "stderr": "sudo: a password is required"}
 
     got = _action(verify_prepare.ActionModule, _prepare_args(tmp_path), monkeypatch, broken)
@@ -171,6 +171,17 @@ def _fetch_args(tmp_path: Path, **kw: Any) -> dict[str, Any]:
     }
 
 
+def _fetch_run1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owner: str
+) -> tuple[Path, dict[str, Any]]:
+    """fetch_results of run1 given node1's verify lock, whose owner file reads ``owner``."""
+    lock = tmp_path / ".lock.node1"
+    lock.mkdir()
+    (lock / "owner").write_text(owner)
+    args = _fetch_args(tmp_path, lock=str(lock), run_id="run1")
+    return lock, _action(fetch_results.ActionModule, args, monkeypatch)
+
+
 def test_fetch_writes_the_files_and_gives_the_lock_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -180,14 +191,7 @@ def test_fetch_writes_the_files_and_gives_the_lock_back(
     (node / "allreduce.log").write_text("log\n")
     (node / "probe-raw.json").write_text("{}")
     (node / "allreduce.pid").write_text("1")
-    lock = tmp_path / ".lock.node1"
-    lock.mkdir()
-    (lock / "owner").write_text("run1 1 ctl\n")
-    got = _action(
-        fetch_results.ActionModule,
-        _fetch_args(tmp_path, lock=str(lock), run_id="run1"),
-        monkeypatch,
-    )
+    lock, got = _fetch_run1(tmp_path, monkeypatch, "run1 1 ctl\n")
     assert got["files"] == ["allreduce.json", "allreduce.log"] and got["released"] is True
     assert got["changed"] is True and not lock.exists()
     assert (tmp_path / "report" / "node1" / "allreduce.json").read_text() == '{"a": 1}'
@@ -195,21 +199,14 @@ def test_fetch_writes_the_files_and_gives_the_lock_back(
 
 
 def test_fetch_leaves_another_runs_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    lock = tmp_path / ".lock.node1"
-    lock.mkdir()
-    (lock / "owner").write_text("other 1 ctl\n")
-    got = _action(
-        fetch_results.ActionModule,
-        _fetch_args(tmp_path, lock=str(lock), run_id="run1"),
-        monkeypatch,
-    )
+    lock, got = _fetch_run1(tmp_path, monkeypatch, "other 1 ctl\n")
     assert got["released"] is False and (lock / "owner").is_file() and got["files"] == []
 
 
 def test_fetch_fails_naming_the_node_when_the_env_has_no_gpufleet(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def no_module(cmd: str, sudoable: bool = True) -> dict[str, Any]:
+    def no_module(cmd: str, sudoable: bool = True, in_data: bytes | None = None) -> dict[str, Any]:
         return {
             "rc": 1,
             "stdout": "",
@@ -242,7 +239,7 @@ def test_fetch_refuses_what_a_node_should_not_send(
         }
     )
 
-    def hostile(cmd: str, sudoable: bool = True) -> dict[str, Any]:
+    def hostile(cmd: str, sudoable: bool = True, in_data: bytes | None = None) -> dict[str, Any]:
         return {"rc": 0, "stdout": answer + "\n", "stderr": ""}
 
     got = _action(fetch_results.ActionModule, _fetch_args(tmp_path), monkeypatch, hostile)

@@ -19,14 +19,15 @@ but not written, why) and ``released`` (the lock was this run's and is gone).
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any
 
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
+    gpufleet_argv,
     gpufleet_required_by,
     require_args,
+    run_plain,
 )
 
 _NAME = "gpufleet.core.fetch_results"
@@ -46,18 +47,12 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             from gpufleet.verify import result_pack as resultpack
         patterns = [str(p) for p in args["patterns"]]
         excludes = [str(p) for p in args.get("excludes") or []]
-        argv = [
-            str(args["python"]),
-            "-m",
-            "gpufleet.verify.result_pack",
-            "pack",
-            str(args["run_dir"]),
-        ]
+        argv = gpufleet_argv(args["python"], "verify.result_pack", "pack", str(args["run_dir"]))
         argv += [f"--pattern={p}" for p in patterns] + [f"--exclude={x}" for x in excludes]
         if args.get("lock") and args.get("run_id"):
             argv += [f"--lock={args['lock']}", f"--run-id={args['run_id']}"]
         host = task_vars.get("inventory_hostname", "?")
-        res = self._low_level_execute_command(shlex.join(argv), sudoable=True)
+        res = run_plain(self, _NAME, argv, env=False)
         if res.get("rc") != 0:
             err = (res.get("stderr") or res.get("stdout") or "").strip().splitlines()
             return {

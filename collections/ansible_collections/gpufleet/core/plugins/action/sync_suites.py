@@ -13,15 +13,16 @@ Returns ``digest`` and ``changed`` (true when the node's copy was replaced).
 from __future__ import annotations
 
 import base64
-import shlex
 from pathlib import Path
 from typing import Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
+    gpufleet_argv,
     gpufleet_required_by,
     require_args,
+    run_plain,
 )
 
 _NAME = "gpufleet.core.sync_suites"
@@ -45,17 +46,9 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             blob, digest = suitesync.build(Path(str(args["src"])), names)
         except (suitesync.SyncError, OSError) as exc:
             raise AnsibleActionFail(f"cannot pack the suites: {exc}") from exc
-        argv = [
-            str(args["python"]),
-            "-m",
-            "gpufleet.verify.suite_sync",
-            "install",
-            str(args["dest"]),
-        ]
+        argv = gpufleet_argv(args["python"], "verify.suite_sync", "install", str(args["dest"]))
         argv += ["--digest", digest] + [f"--name={n}" for n in names]
-        res = self._low_level_execute_command(
-            shlex.join(argv), sudoable=True, in_data=base64.b64encode(blob)
-        )
+        res = run_plain(self, _NAME, argv, env=False, in_data=base64.b64encode(blob))
         out = (res.get("stdout") or "").strip().splitlines()
         if res.get("rc") != 0 or not out or out[-1] not in ("installed", "unchanged"):
             err = (res.get("stderr") or res.get("stdout") or "").strip().splitlines()

@@ -91,13 +91,20 @@ def env_argv(env: dict[str, str]) -> list[str]:
     return ["env", *(f"{k}={v}" for k, v in env.items())] if env else []
 
 
-def run_plain(action: Any, name: str, argv: list[str], env: bool = True) -> dict[str, Any]:
+def gpufleet_argv(python: object, module: str, *args: str) -> list[str]:
+    """``PYTHON -m gpufleet.MODULE ARGS``: a gpufleet module run by the node's env python."""
+    return [str(python), "-m", f"gpufleet.{module}", *args]
+
+
+def run_plain(
+    action: Any, name: str, argv: list[str], env: bool = True, in_data: bytes | None = None
+) -> dict[str, Any]:
     """``argv`` as one plain command on the node (no module shipped; with become when the
-    task has it), under the task's environment unless ``env`` is false."""
+    task has it), under the task's environment unless ``env`` is false, ``in_data`` on its
+    stdin."""
     prefix = env_argv(task_environment(action, name)) if env else []
-    res: dict[str, Any] = action._low_level_execute_command(
-        shlex.join([*prefix, *argv]), sudoable=True
-    )
+    cmd = shlex.join([*prefix, *argv])
+    res: dict[str, Any] = action._low_level_execute_command(cmd, sudoable=True, in_data=in_data)
     return res
 
 
