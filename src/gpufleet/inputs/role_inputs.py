@@ -24,14 +24,9 @@ from typing import Any
 
 from gpufleet.errors import RefusedError
 from gpufleet.inputs import boundary
+from gpufleet.inputs.value_rules import ROLE_VARS
 from gpufleet.planning import network as netcfg
 from gpufleet.planning import planner as planmod
-
-#: the variables a role's boundary check reads (default: ``^<role>_``)
-_OWN_VARS: dict[str, str] = {
-    "slurm_health": r"^(slurm_health_|gpufleet_slurm_node_name$)",
-    "verify": r"^(verify_|gpufleet_slurm_node_name$)",
-}
 
 _TORCH = re.compile(r"^[0-9]+[.][0-9]+[.][0-9]+$")
 _VARIANT = re.compile(r"^(cpu|cu[0-9]{3})$")
@@ -40,7 +35,7 @@ _PYTHON = re.compile(r"^3[.][0-9]{1,2}$")
 
 def own_names(role: str, names: Iterable[str]) -> list[str]:
     """The names among ``names`` that belong to ``role``'s boundary check, sorted."""
-    pattern = re.compile(_OWN_VARS.get(role, f"^{re.escape(role)}_"))
+    pattern = re.compile(ROLE_VARS.get(role, f"^{re.escape(role)}_"))
     return sorted(n for n in names if pattern.match(n))
 
 

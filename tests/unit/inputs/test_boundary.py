@@ -547,6 +547,9 @@ def test_every_integer_of_every_argument_spec_has_a_range() -> None:
                     continue
                 lo, hi, _ = boundary.RANGES[name]
                 documented = f"Range {boundary.bound(lo)}-{boundary.bound(hi)}."
-                if documented not in opt.get("description", ""):
+                text = opt.get("description", "")
+                if isinstance(text, list):  # a spec description may be a list of paragraphs
+                    text = " ".join(text)
+                if documented not in text:
                     missing.append(f"{spec.parts[-3]}: {name} description lacks {documented!r}")
     assert not missing, missing
