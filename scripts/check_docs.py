@@ -6,7 +6,8 @@ every reference they make to the repository:
 
 - repository paths (``src/...``, ``tests/...``, ``roles/...``, ``docs/...``, ...), with
   ``{a,b}`` alternatives expanded, ``path:LINE`` suffixes dropped and ``*`` globs matched;
-- relative Markdown links (``[text](testbed.md)``), resolved from the citing file's folder;
+- relative Markdown links (``[text](testbed.md#build)``), resolved from the citing file's
+  folder, and their ``#anchor`` against the target's headings (GitHub's anchors);
 - test files (``test_x.py``) and test names (``test_x``), which must be defined somewhere in
   the test trees, and in the cited file when written ``file.py::test_x``;
 - make targets written as code (```make x``` or a line of a code block), against the
@@ -125,9 +126,9 @@ def extract_refs(line: str, *, in_code_block: bool = False) -> list[Ref]:
     links = [m.group(1) for m in _LINK.finditer(line)]
     text = _strip_urls(line)
     for target in links:
-        if _URL.match(target) or target.startswith(("#", "mailto:", "/")):
+        if _URL.match(target) or target.startswith(("mailto:", "/")):
             continue
-        refs.append(Ref("link", target.split("#", 1)[0]))
+        refs.append(Ref("link", target))
     for match in _PATH.finditer(text):
         path = _trim(match.group(1))
         if path and not _PLACEHOLDER.search(path):
@@ -307,6 +308,22 @@ class Repo:
         return f"{shown} ({module.relative_to(self.root)}) defines no {rest[0]}"
 
 
+def heading_anchors(text: str) -> frozenset[str]:
+    """The anchors GitHub gives a Markdown text's headings: lower case, punctuation but ``-``
+    and ``_`` dropped, spaces as ``-``, ``-1``, ``-2`` ... on repeats."""
+    seen: dict[str, int] = {}
+    anchors: set[str] = set()
+    for _, line, in_code in iter_lines(text):
+        match = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if in_code or not match:
+            continue
+        slug = re.sub(r"[^\w\- ]", "", match.group(1).lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        anchors.add(slug if count == 0 else f"{slug}-{count}")
+    return frozenset(anchors)
+
+
 def _expand_braces(path: str) -> list[str]:
     match = re.search(r"\{([^{}]*)\}", path)
     if not match:
@@ -378,12 +395,26 @@ def _plugin_function_names(path: Path) -> frozenset[str]:
 # --- checking ---------------------------------------------------------------------------
 
 
-def check_ref(repo: Repo, ref: Ref, doc: Path) -> str | None:
-    """None when ``ref`` cited in ``doc`` resolves, else what is missing."""
+def check_ref(
+    repo: Repo, ref: Ref, doc: Path, own_anchors: frozenset[str] = frozenset()
+) -> str | None:
+    """None when ``ref`` cited in ``doc`` resolves, else what is missing.
+
+    ``own_anchors``: the anchors of ``doc``'s own headings, for links such as ``(#usage)``.
+    """
     if ref.kind == "path":
         return repo.resolve_path(ref.text, repo.root)
     if ref.kind == "link":
-        return repo.resolve_path(ref.text, doc.parent) if ref.text else None
+        target, _, anchor = ref.text.partition("#")
+        missing = repo.resolve_path(target, doc.parent) if target else None
+        if missing or not anchor:
+            return missing
+        if not target:
+            return None if anchor in own_anchors else f"no heading #{anchor} in this page"
+        page = doc.parent / target
+        if page.suffix != ".md" or anchor in heading_anchors(page.read_text()):
+            return None
+        return f"no heading #{anchor} in {os.path.relpath(page, repo.root)}"
     if ref.kind == "test_id":
         file, name = ref.text.split("::", 1)
         return repo.resolve_test_id(file, name)
@@ -408,6 +439,7 @@ def check_text(repo: Repo, doc: Path, text: str) -> list[Finding]:
     """
     shown = doc.relative_to(repo.root) if doc.is_relative_to(repo.root) else doc
     record = (repo.root / MEASUREMENTS) in doc.parents
+    own_anchors = heading_anchors(text)
     findings: list[Finding] = []
     for number, line, in_code in iter_lines(text):
         seen: set[Ref] = set()
@@ -415,7 +447,7 @@ def check_text(repo: Repo, doc: Path, text: str) -> list[Finding]:
             if ref in seen or (record and ref.kind != "link"):
                 continue
             seen.add(ref)
-            missing = check_ref(repo, ref, doc)
+            missing = check_ref(repo, ref, doc, own_anchors)
             finding = Finding(str(shown), number, ref.text, missing or "")
             if missing and finding not in findings:  # a link is often a path as well
                 findings.append(finding)

@@ -72,7 +72,7 @@ def test_every_doc_family_is_read() -> None:
         ),
         pytest.param(
             "[testbed](testbed.md#build) and [nccl](https://example.org/x.md)",
-            [("link", "testbed.md")],
+            [("link", "testbed.md#build")],
             id="relative-links-only",
         ),
     ],
@@ -114,6 +114,11 @@ def test_dotted_names_but_not_file_names() -> None:
     assert refs == [("dotted", "gpufleet.units.parse_size"), ("dotted", "gpufleet.core.plan")]
 
 
+def test_heading_anchors_as_github_makes_them() -> None:
+    text = "# Top\n## Faults (`make faults`)\n```\n# not a heading\n```\n## Top\n### A/B, pairs\n"
+    assert cd.heading_anchors(text) == {"top", "faults-make-faults", "top-1", "ab-pairs"}
+
+
 def test_code_blocks_are_tracked() -> None:
     text = "a\n```sh\nmake x\n```\nb\n~~~\nc\n~~~\n"
     assert [(n, code) for n, _, code in cd.iter_lines(text)] == [
@@ -150,7 +155,7 @@ def checkout(tmp_path: Path) -> Path:
             ),
             "collections/ansible_collections/gpufleet/core/plugins/action/converge_state.py": "",
             "tests/unit/test_units.py": "def test_parse_ok(): ...\nclass TestSizes: ...\n",
-            "docs/testbed.md": "",
+            "docs/testbed.md": "# The testbed\n\n## Setup\n",
         },
     )
     return tmp_path
@@ -165,6 +170,10 @@ def checkout(tmp_path: Path) -> Path:
         ("`tests/unit/test_*.py`, `tests/roles/test_*.py`", ["tests/roles/test_*.py"]),
         ("`testbed/.state/run/http.pid` is made by make testbed-up", []),
         ("[testbed](testbed.md), [gone](gone.md)", ["gone.md"]),
+        (
+            "[a](testbed.md#setup), [b](testbed.md#the-testbed), [c](testbed.md#gone)",
+            ["testbed.md#gone"],
+        ),
         ("`tests/unit/test_units.py::test_parse_ok`", []),
         ("`tests/unit/test_units.py::test_parse_*`", []),
         ("`tests/unit/test_units.py::TestSizes`", []),
@@ -192,6 +201,14 @@ def test_a_link_that_is_also_a_path_is_reported_once(checkout: Path) -> None:
     findings = cd.check_text(cd.Repo(checkout), checkout / "README.md", "[x](docs/gone.md)\n")
     assert [str(f) for f in findings] == [
         "README.md:1: docs/gone.md (no such file or folder: docs/gone.md)"
+    ]
+
+
+def test_anchors_in_the_same_page(checkout: Path) -> None:
+    text = "# Usage\n\nsee [up](#usage) and [down](#nowhere)\n"
+    findings = cd.check_text(cd.Repo(checkout), checkout / "docs/x.md", text)
+    assert [str(f) for f in findings] == [
+        "docs/x.md:3: #nowhere (no heading #nowhere in this page)"
     ]
 
 
