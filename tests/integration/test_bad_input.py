@@ -928,7 +928,7 @@ CASES: list[Case] = [
             (
                 "gpu-arch-unknown",
                 "gpufleet_gpu_archs",
-                "preflight_gpu_archs[0]",
+                "gpufleet_gpu_archs[0]",
                 ["GZ100"],
                 "'GZ100'",
                 "a known GPU architecture",
@@ -936,7 +936,7 @@ CASES: list[Case] = [
             (
                 "gpu-arch-garbage",
                 "gpufleet_gpu_archs",
-                "preflight_gpu_archs[0]",
+                "gpufleet_gpu_archs[0]",
                 ["banana"],
                 "'banana'",
                 "a known GPU architecture",

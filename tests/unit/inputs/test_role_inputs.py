@@ -99,7 +99,6 @@ def test_a_good_network_passes() -> None:
     [
         ({"cluster_network_cidr": "banana"}, ["n1: ", "cluster_network_cidr", "banana"]),
         ({"cluster_network_cidr": "10.0.0.1/24"}, ["cluster_network_cidr", "10.0.0.0/24"]),
-        ({"cluster_network_address": "10.0.0"}, ["cluster_network_address", "IPv4 or IPv6"]),
         (
             {"cluster_network_group": "gpus"},
             ["cluster_network_group=gpus", "one of gpu_nodes, login"],
@@ -112,6 +111,108 @@ def test_a_bad_network_value_is_named(change: dict[str, object], words: list[str
     assert len(problems) == 1, problems
     for word in words:
         assert word in problems[0], problems
+
+
+def test_the_cluster_address_is_the_boundarys() -> None:
+    values = {**GOOD_NETWORK, "cluster_network_address": "10.0.0"}
+    (problem,) = inputcheck.value_problems("cluster_network", values, "n1", GROUPS)
+    assert problem.startswith("n1: cluster_network_address='10.0.0' is refused")
+    assert "IPv4 or IPv6" in problem and "is not an IP address" in problem
+
+
+# --- names as the user wrote them --------------------------------------------------------
+
+DEFAULTS = {
+    "gpufleet_cluster_cidr": "10.0.0.0/24",
+    "gpufleet_state_dir": "/var/lib/gpufleet",
+    "gpufleet_torch_version": "2.13.0",
+    "cluster_network_cidr": "{{ gpufleet_cluster_cidr }}",
+    "cluster_network_group": "gpu_nodes",
+    "verify_work_dir": "{{ gpufleet_state_dir }}/runs",
+    "verify_probe_port": 29499,
+    "preflight_torch_version": "{{ gpufleet_torch_version }}",
+    "torch_env_python_version": "{{ gpufleet_plan.python | default(gpufleet_python_version) }}",
+}
+
+
+def origins(given: dict[str, object], values: dict[str, object]) -> dict[str, object]:
+    return inputcheck.origins_of(DEFAULTS, given, sorted(values), lambda n: values.get(n))
+
+
+def test_origins_come_from_the_role_defaults() -> None:
+    values = {"cluster_network_cidr": "0.0.0.0/0", "verify_work_dir": "/tmp/runs",
+              "verify_probe_port": 29499, "gpufleet_state_dir": "/tmp",
+              "torch_env_python_version": "3.11"}  # fmt: skip
+    found = origins({"gpufleet_cluster_cidr": "0.0.0.0/0", "gpufleet_state_dir": "/tmp"}, values)
+    assert found["cluster_network_cidr"] == inputcheck.Origin(
+        (("gpufleet_cluster_cidr", "0.0.0.0/0"),), exact=True
+    )
+    assert found["verify_work_dir"] == inputcheck.Origin((("gpufleet_state_dir", "/tmp"),))
+    assert found["verify_probe_port"] == inputcheck.Origin()  # a plain default
+    # gpufleet_plan is a fact, not a shared variable of the defaults
+    assert found["torch_env_python_version"] == inputcheck.Origin()
+    assert "gpufleet_state_dir" not in found  # not a role default here, set by the user
+
+
+def test_a_role_variable_the_user_set_is_no_default() -> None:
+    given = {
+        "cluster_network_cidr": "0.0.0.0/0",
+        "verify_work_dir": "{{ gpufleet_state_dir }}/runs",
+    }
+    found = origins(given, {"cluster_network_cidr": "0.0.0.0/0", "verify_work_dir": "/x/runs"})
+    assert "cluster_network_cidr" not in found
+    # a task inside the role sees its raw defaults: still the default
+    assert found["verify_work_dir"].sources == (("gpufleet_state_dir", None),)
+
+
+def test_a_refusal_names_the_shared_variable_that_fed_the_role_variable() -> None:
+    values = {**GOOD_NETWORK, "cluster_network_cidr": "0.0.0.0/0"}
+    fed = origins({}, values)
+    problems = inputcheck.value_problems("cluster_network", values, "n1", GROUPS, fed)
+    assert problems == [
+        "n1: gpufleet_cluster_cidr='0.0.0.0/0' (feeds cluster_network_cidr) is refused -> "
+        "allowed: a prefix of /16 or narrower: /0 opens the cluster ports (every port with "
+        "restrict_ports false) to 4294967296 addresses; set "
+        "cluster_network_allow_wide_sources: true to accept that"
+    ]
+    # set by the user: named as such
+    mine = origins({"cluster_network_cidr": "0.0.0.0/0"}, values)
+    (problem,) = inputcheck.value_problems("cluster_network", values, "n1", GROUPS, mine)
+    assert problem.startswith("n1: cluster_network_cidr='0.0.0.0/0' is refused")
+
+
+def test_a_derived_default_names_the_shared_variable_and_the_value_it_gave() -> None:
+    values = {"verify_work_dir": "/tmp/runs"}
+    fed = inputcheck.origins_of(
+        DEFAULTS, {}, ["verify_work_dir"], lambda n: {"gpufleet_state_dir": "/tmp"}.get(n)
+    )
+    (problem,) = inputcheck.value_problems("verify", values, "n1", GROUPS, fed)
+    assert problem.startswith(
+        "n1: gpufleet_state_dir='/tmp' (feeds verify_work_dir='/tmp/runs') is refused"
+    )
+
+
+def test_version_and_network_checks_name_the_variable_as_written() -> None:
+    values = {**GOOD_VERSIONS, "preflight_torch_version": "2.x"}
+    fed = origins({}, values)
+    (problem,) = inputcheck.preflight_version_problems(values, "n1", fed)
+    assert problem.startswith("n1: gpufleet_torch_version=2.x (feeds preflight_torch_version)")
+    (problem,) = inputcheck.preflight_version_problems(values, "n1", {})
+    assert problem.startswith("n1: preflight_torch_version=2.x is not a torch release")
+    net = {**GOOD_NETWORK, "cluster_network_cidr": "banana"}
+    (problem,) = inputcheck.cluster_network_problems(net, "n1", GROUPS, origins({}, net))
+    assert problem.startswith("n1: gpufleet_cluster_cidr (feeds cluster_network_cidr)='banana'")
+
+
+def test_a_message_of_another_layer_is_renamed_once() -> None:
+    from gpufleet.inputs import boundary
+
+    fed = {"preflight_allow_no_gpu": boundary.Origin((("gpufleet_allow_no_gpu", "x"),), True)}
+    msg = "argument 'preflight_allow_no_gpu' is of type str; preflight_allow_no_gpu_x stays"
+    assert boundary.rename(msg, fed) == (
+        "argument 'gpufleet_allow_no_gpu (feeds preflight_allow_no_gpu)' is of type str; "
+        "preflight_allow_no_gpu_x stays"
+    )
 
 
 def test_value_problems_joins_the_boundary_and_the_role_checks() -> None:

@@ -7,6 +7,11 @@ defaults, as in a role), templated; Ansible's ``ArgumentSpecValidator`` on the r
 ``check_inputs`` spec (a dependency's ``main`` spec, once per node); then
 :func:`gpufleet.inputs.role_inputs.value_problems`. A role whose spec fails is not value-checked
 (its values may not have the type the checks expect).
+
+Every problem names the variable as the user wrote it: the task's variables (what the node,
+the play or -e sets) against the role defaults tell which role variables took their default,
+and a default ``{{ gpufleet_x }}`` makes the message name ``gpufleet_x``
+(:func:`gpufleet.inputs.role_inputs.origins_of`).
 """
 
 from __future__ import annotations
@@ -59,11 +64,11 @@ class RoleInputs:
                     problems += self._resolve(dep, dep_path, [dep_path], task_vars, "main")[1]
                     checked.append(dep)
             chain = [p for _, p in deps] + [path]
-            values, bad = self._resolve(role, path, chain, task_vars, "check_inputs")
+            values, bad, origins = self._resolve(role, path, chain, task_vars, "check_inputs")
             problems += bad
             checked.append(role)
             if not bad:
-                problems += value_problems(role, values, host, groups)
+                problems += value_problems(role, values, host, groups, origins)
         return checked, problems
 
     # --- roles on disk -------------------------------------------------------------------
@@ -106,12 +111,11 @@ class RoleInputs:
         return dict(spec.get("options") or {})
 
     # --- one role's variables --------------------------------------------------------------
-    def _variables(self, chain: list[Path], task_vars: dict[str, Any]) -> dict[str, Any]:
-        """Role defaults (dependencies first) overridden by the task's variables."""
+    def _defaults(self, chain: list[Path]) -> dict[str, Any]:
+        """Role defaults (dependencies first), raw."""
         merged: dict[str, Any] = {}
         for path in chain:
             merged.update(self._yaml(path / "defaults" / "main.yml", templates=True) or {})
-        merged.update(task_vars)
         return merged
 
     def _resolve(
@@ -121,18 +125,22 @@ class RoleInputs:
         chain: list[Path],
         task_vars: dict[str, Any],
         entry: str,
-    ) -> tuple[dict[str, Any], list[str]]:
-        """(the role's variables templated, the problems of its argument spec)."""
+    ) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+        """(the role's variables templated, the problems of its argument spec, the origins
+        of the variables the user did not set)."""
         with gpufleet_required_by(self._action):
-            from gpufleet.inputs.role_inputs import own_names
+            from gpufleet.inputs.boundary import rename
+            from gpufleet.inputs.role_inputs import origins_of, own_names
         host = str(task_vars.get("inventory_hostname", ""))
         spec = self._spec(role, path, entry)
-        variables = self._variables(chain, task_vars)
+        defaults = self._defaults(chain)
+        variables = {**defaults, **task_vars}  # task variables win over role defaults
         templar = self._templar.copy_with_new_env(available_variables=variables)
         # the spec's names and the role's own (every name its value checks read)
         names = set(spec) | set(own_names(role, variables))
         values: dict[str, Any] = {}
         problems: list[str] = []
+
         for name in sorted(names):
             if name not in variables:
                 continue
@@ -140,13 +148,26 @@ class RoleInputs:
                 values[name] = templar.template(variables[name])
             except Exception as exc:  # any templating error names the variable
                 problems.append(f"{host}: {name} cannot be templated ({role}): {exc}")
+
+        def value_of(name: str) -> Any:
+            if name in values:
+                return values[name]
+            try:
+                return templar.template(variables[name])
+            except Exception:  # shown as written when it cannot be templated
+                return variables[name]
+
+        origins = origins_of(
+            defaults, task_vars, sorted(n for n in names if n in variables), value_of
+        )
         if problems:
-            return values, problems
+            return values, [rename(p, origins) for p in problems], origins
         checked = ArgumentSpecValidator(spec).validate(
             {n: values[n] for n in spec if n in values}, validate_role_argument_spec=True
         )
         problems += [
-            f"{host}: role {role}, variables failed their argument spec ({entry}): {msg}"
+            f"{host}: role {role}, variables failed their argument spec ({entry}): "
+            + rename(msg, origins)
             for msg in checked.error_messages
         ]
-        return values, problems
+        return values, problems, origins
