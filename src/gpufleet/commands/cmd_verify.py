@@ -10,6 +10,8 @@ from typing import Any
 from gpufleet import argtypes
 from gpufleet.commands import add_command
 from gpufleet.verify import verify_run as verifyrun
+from gpufleet.verify.launchers import registry as launchers
+from gpufleet.verify.launchers.base import describe
 
 
 def register(sub: Any) -> None:
@@ -30,10 +32,11 @@ def register(sub: Any) -> None:
     p.add_argument("--repo", default="", help="the gpufleet checkout (default: found from here)")
     p.add_argument(
         "--launcher",
-        choices=("", "ssh", "slurm"),
+        choices=("", *launchers.names()),
         default="",
-        help="how the cluster steps start: ssh or slurm (default: the inventory's "
-        "gpufleet_launcher; make verify LAUNCHER=)",
+        help="how the cluster steps start: "
+        + "; ".join(describe(launchers.LAUNCHERS.values()))
+        + " (default: the inventory's gpufleet_launcher; make verify LAUNCHER=)",
     )
     p.add_argument(
         "ansible_args", nargs="*", metavar="-- ANSIBLE_ARG", help="more ansible-playbook arguments"

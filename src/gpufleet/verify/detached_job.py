@@ -11,6 +11,7 @@ each (the action plugin ``gpufleet.core.node_job`` sends them with
   SSH session, stdin from /dev/null, stdout and stderr into ``<dir>/<name>.out`` and
   ``.err``; its PID (= PGID) goes to ``<name>.pid``; when it ends, its exit status is written
   to ``<name>.rc`` (atomically: written to a temporary file, then renamed);
+- stop (:data:`STOP_SCRIPT`): the process groups its PID files name, as the wait does;
 - wait: until ``<name>.rc`` exists, at most ``max_wait`` seconds; a job that never wrote
   its PID within 10 s did not start, one whose process is gone without an exit status was
   killed; past ``max_wait`` the job's group is stopped (SIGTERM, SIGKILL 3 s later). Then
@@ -59,11 +60,9 @@ pid=$(cat "$j.pid" 2>/dev/null) || pid=
 echo "started $pid"
 """
 
-# sh -c WAIT_SCRIPT node-wait DIR NAME MAX_WAIT_S [PIDFILE...]
-WAIT_SCRIPT = r"""
-set -u
-j=$1/$2; max=$3; shift 3
-limit=$(( max * 4 )); t=0; state=done
+# shell functions of WAIT_SCRIPT and STOP_SCRIPT: whether a process or a process group is
+# alive, and stopping a group (SIGTERM, SIGKILL 3 s later; prints "killed PGID")
+_GROUP_FUNCTIONS = r"""
 # Zombies do not count as alive: an init that reaps late would hold a wait up for nothing.
 proc_live() {
   st=
@@ -94,6 +93,15 @@ stop_group() {
   kill -KILL "-$g" 2>/dev/null
   echo "killed $g"
 }
+"""
+
+# sh -c WAIT_SCRIPT node-wait DIR NAME MAX_WAIT_S [PIDFILE...]
+WAIT_SCRIPT = (
+    "set -u\n"
+    + _GROUP_FUNCTIONS
+    + r"""
+j=$1/$2; max=$3; shift 3
+limit=$(( max * 4 )); t=0; state=done
 while [ ! -e "$j.rc" ]; do
   pid=$(cat "$j.pid" 2>/dev/null) || pid=
   if [ -z "$pid" ]; then
@@ -119,6 +127,18 @@ for s in out err; do
   if [ -e "$j.$s" ]; then printf '%s ' "$s"; tail -c LIMIT "$j.$s" | base64 | tr -d '\n'; echo; fi
 done
 """.replace("LIMIT", str(OUTPUT_LIMIT))
+)
+
+# sh -c STOP_SCRIPT node-stop PIDFILE...: stop the process group each PID file names (the
+# job's own, torchrun's), and nothing else; prints "killed PGID" per group it stopped
+STOP_SCRIPT = (
+    "set -u\n"
+    + _GROUP_FUNCTIONS
+    + r"""
+for f in "$@"; do [ -s "$f" ] && stop_group "$(cat "$f")"; done
+exit 0
+"""
+)
 
 _STATES = {
     "done": "",

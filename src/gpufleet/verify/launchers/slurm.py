@@ -31,7 +31,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from gpufleet.errors import GpufleetError, RefusedError
 from gpufleet.inputs.boundary import (
@@ -40,6 +40,7 @@ from gpufleet.inputs.boundary import (
     SLURM_NAME_ALLOWED,
     SLURM_NAME_RE,
 )
+from gpufleet.verify.launchers.base import UNKNOWN_RC, Command, Launcher, Outcome, Step
 
 #: Prefix of every drain reason gpufleet sets; a drain with another reason is not ours.
 REASON_PREFIX = "gpufleet:"
@@ -526,6 +527,81 @@ def _cancel_and_settle(outcome: JobOutcome, runner: Runner, sleep: Callable[[flo
             outcome.exit_code, outcome.signal = exit_code(fields)
             return
         sleep(0.5)
+
+
+# --------------------------------------------------------------------------- launcher
+
+#: run_cmd's bound on one Slurm command (sbatch, scontrol, scancel)
+COMMAND_BOUND_S = 60.0
+#: verify's wait for ``gpufleet slurm submit`` ends this long after its start and run limits
+SUBMIT_MARGIN_S = 120.0
+
+
+@dataclass(frozen=True)
+class SlurmLauncher(Launcher):
+    """The slurm launcher: one Slurm job per step, sbatch on the submit host, srun starting
+    the step's task script on every node (the role's roles/verify/tasks/launch_slurm.yml,
+    through ``gpufleet slurm submit``)."""
+
+    name: ClassVar[str] = "slurm"
+    description: ClassVar[str] = (
+        "one Slurm job per step: sbatch from verify_slurm_submit_host, srun with one task per node"
+    )
+    options: JobOptions = JobOptions()
+
+    def job_name(self, step: Step) -> str:
+        return f"gpufleet-{step.name}"
+
+    def start(self, step: Step) -> Command:
+        """sbatch with the batch script on stdin; prints the job id (:func:`parse_sbatch`)."""
+        if not step.output:
+            raise ValueError(f"step {step.name}: the slurm launcher needs the job's output path")
+        argv = sbatch_argv(
+            job_name=self.job_name(step),
+            nodelist=step.nodes,
+            time_min=time_limit_minutes(step.timeout_s),
+            output=step.output,
+            options=self.options,
+        )
+        return Command(tuple(argv), COMMAND_BOUND_S, batch_script(step.argv, len(step.nodes)))
+
+    def wait(self, step: Step, job: str) -> Command:
+        """The poll :func:`wait` repeats; the bound is the whole wait's: pending up to the
+        start limit, running up to the step's timeout, plus the margin verify allows."""
+        _need_job(step, job)
+        return Command(
+            ("scontrol", "show", "job", "-o", job),
+            step.start_timeout_s + step.timeout_s + SUBMIT_MARGIN_S,
+        )
+
+    def collect(self, step: Step, output: str) -> Outcome:
+        """``output``: the node's ``<step>.rc`` file (written by the task script)."""
+        text = output.strip()
+        if text.isdigit():
+            return Outcome(rc=int(text), state="done")
+        return Outcome(
+            rc=UNKNOWN_RC,
+            state="no-exit-status",
+            msg=f"step {step.name} left no exit status on this node: the job was cancelled "
+            "while pending, or srun did not reach the node",
+        )
+
+    def cancel(self, step: Step, job: str) -> Command:
+        _need_job(step, job)
+        return Command(("scancel", job), COMMAND_BOUND_S)
+
+    def report_names(self, hosts: Mapping[str, str]) -> dict[str, str]:
+        """gpufleet_slurm_node_name, else the host's short name (roles/verify/tasks/
+        launch_slurm_prepare.yml)."""
+        return {host: name or host.split(".")[0] for host, name in hosts.items()}
+
+
+def _need_job(step: Step, job: str) -> None:
+    if not job.isdigit():
+        raise ValueError(f"step {step.name}: a Slurm job id is digits, got {job!r}")
+
+
+LAUNCHER = SlurmLauncher()
 
 
 # --------------------------------------------------------------------------- health
