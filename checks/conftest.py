@@ -469,6 +469,8 @@ class Emitter:
             pytest.fail(record.message, pytrace=False)
         if record.status == "skip":
             pytest.skip(record.message)
+        if record.status == "incomplete":  # JUnit has no such state: a skip that says so
+            pytest.skip(f"incomplete: {record.message}")
 
     def no_driver_or_no_gpu(self, *, defer: bool = False) -> None:
         """End the check for lack of a driver or GPU: skip, or fail when GPUs are required.
@@ -610,6 +612,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     ctx = config.stash.get(CTX_KEY, None)
     write: Callable[..., None] = terminalreporter.write_line
     counts = {s: sum(r.status == s for r in records) for s in ("pass", "warn", "fail", "skip")}
+    if any(r.status == "incomplete" for r in records):
+        counts["incomplete"] = sum(r.status == "incomplete" for r in records)
     head = "gpufleet checks"
     if ctx is not None:
         if ctx.reading is not None:
@@ -620,7 +624,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         head += f" on {ctx.node} ({drv}; {req})"
     terminalreporter.section("gpufleet summary", sep="-")
     write(f"{head}: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-    for status in ("fail", "warn"):
+    for status in ("fail", "incomplete", "warn"):
         for r in records:
             if r.status == status:
                 write(f"  {status.upper()} {r.name}: {r.message}")

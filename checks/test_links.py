@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 from gpufleet.node import health, xid
 from gpufleet.node.nvml import GpuReading
-from gpufleet.results import Record
 
 if TYPE_CHECKING:
     from conftest import Ctx, Emitter
@@ -34,7 +33,7 @@ def test_xid_errors(ctx: Ctx, emit: Emitter) -> None:
     try:
         lines, source, now = ctx.kernel_log()
     except (xid.KernelLogUnavailable, OSError) as exc:
-        emit(Record(name=health.XID, status="skip", message=f"kernel log unreadable: {exc}"))
+        emit(health.kernel_log_unreadable(exc))
         return
     ctx.meta["kernel_log"] = source
     events = xid.recent(xid.parse(lines), now, window)

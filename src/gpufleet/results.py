@@ -3,25 +3,44 @@
 Every JSON file gpufleet writes on a node has the same envelope::
 
     {"schema": 1, "kind": "checks" | "smoke", "node": "...", "mode": "gpu" | "cpu",
-     "started": "...Z", "duration_s": 1.2, "records": [Record...], "bandwidth": [BandwidthRow...]}
+     "started": "...Z", "duration_s": 1.2, "valid_until": "...Z" | null,
+     "records": [Record...], "bandwidth": [BandwidthRow...]}
 
-A Record carries node, name, status (pass/warn/fail/skip), value, threshold, remedy and gpu
-(index + PCI bus id when the record is about one GPU). Bandwidth rows carry size_bytes,
-count, dtype, time_us, algbw, busbw (GB/s, 10^9), world_size, backend and wrong
-(elements that did not match the expected sum).
+``valid_until`` (ISO 8601 UTC, null: no expiry) is when the verdict stops being news: a
+file read later reads as incomplete ("stale", :func:`read_as_of`), the way GCP's
+cluster-health-scanner stamps results with a validity period so an old pass expires.
+
+A Record carries node, name, status, value, threshold, remedy and gpu (index + PCI bus id
+when the record is about one GPU). The statuses:
+
+* ``pass``, ``warn`` (works, but look at it), ``fail`` (broken: drain, fix);
+* ``skip``: cannot run on this node by design (no GPU where none is required, a CPU wheel);
+* ``incomplete``: the check could not finish (it timed out, a tool is missing or could not
+  run, an NVML call failed transiently, or the result is past its ``valid_until``). Never
+  counted as a failure: a check that timed out is not a sick GPU, and draining on it turns a
+  slow node into a drain storm (Imbue's Incomplete, gcm's UNKNOWN).
+
+Every warn, fail and incomplete record carries a ``remedy``: what to do next.
+
+Bandwidth rows carry size_bytes, count, dtype, time_us, algbw, busbw (GB/s, 10^9),
+world_size, backend and wrong (elements that did not match the expected sum).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-Status = Literal["pass", "warn", "fail", "skip"]
-STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip")
+Status = Literal["pass", "warn", "fail", "skip", "incomplete"]
+STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip", "incomplete")
+#: The statuses that need someone to act, so their records carry a remedy.
+NEEDS_REMEDY: frozenset[Status] = frozenset({"warn", "fail", "incomplete"})
 SCHEMA = 1
 
 
@@ -82,6 +101,8 @@ class ResultFile:
     #: The verify run that wrote the file: GPUFLEET_RUN_ID, which verify sets for every
     #: command it starts on a node. The report refuses a file of another run (a stale one).
     run_id: str | None = field(default_factory=lambda: os.environ.get(RUN_ID_ENV) or None)
+    #: ISO 8601 UTC ("...Z"): after it the verdict reads as incomplete (stale); None: never.
+    valid_until: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +113,7 @@ class ResultFile:
             "mode": self.mode,
             "started": self.started,
             "duration_s": round(self.duration_s, 3),
+            "valid_until": self.valid_until,
             "meta": self.meta,
             "records": [r.to_dict() for r in self.records],
             "bandwidth": [b.to_dict() for b in self.bandwidth],
@@ -133,9 +155,50 @@ def load_result_file(path: str | os.PathLike[str]) -> ResultFile:
         duration_s=float(data.get("duration_s", 0.0)),
         meta=dict(data.get("meta", {})),
         run_id=data.get("run_id"),
+        valid_until=data.get("valid_until"),
         records=[Record(**{k: v for k, v in r.items() if k in known}) for r in data["records"]],
         bandwidth=[
             BandwidthRow(**{k: v for k, v in b.items() if k in bknown})
             for b in data.get("bandwidth", [])
         ],
     )
+
+
+def utc_stamp(when: datetime) -> str:
+    """``2026-12-05T09:16:07Z``: the envelope's time format (UTC, seconds)."""
+    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_stamp(text: str) -> datetime:
+    """An ISO 8601 time of the envelope (``...Z`` or with an offset); naive means UTC."""
+    when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    return when if when.tzinfo is not None else when.replace(tzinfo=timezone.utc)
+
+
+def valid_until(start: datetime, hours: float) -> str:
+    """The ``valid_until`` stamp of a verdict taken at ``start`` that holds ``hours``."""
+    if hours <= 0:
+        raise ValueError(f"validity must be > 0 hours, got {hours!r}")
+    return utc_stamp(start + timedelta(hours=hours))
+
+
+def read_as_of(result: ResultFile, now: datetime) -> ResultFile:
+    """``result`` as it reads at ``now``: past its ``valid_until`` every record that is not a
+    skip turns incomplete ("stale"), naming what it was and when it expired. A file without
+    ``valid_until`` never expires."""
+    if result.valid_until is None or now <= parse_stamp(result.valid_until):
+        return result
+    remedy = "rerun the checks on the node (gpufleet health); the last verdict is too old to trust"
+    stale = [
+        r
+        if r.status == "skip"
+        else dataclasses.replace(
+            r,
+            status="incomplete",
+            remedy=remedy,
+            message=f"stale: this {r.status} verdict was valid until {result.valid_until} "
+            f"(read at {utc_stamp(now)}): {r.message}",
+        )
+        for r in result.records
+    ]
+    return dataclasses.replace(result, records=stale)

@@ -427,3 +427,24 @@ def test_real_h200_recording_passes(tmp_path: Path) -> None:
         assert st[(name, None)] == "pass", name
     for name in ("persistence_mode", "pcie_link", "row_remap", "torch_arch_list"):
         assert st[(name, 0)] == "pass", name
+
+
+def test_a_check_that_cannot_run_is_incomplete_a_junit_skip(tmp_path: Path) -> None:
+    """An unreadable kernel log: xid_errors is incomplete (JSON), a skip whose message starts
+    with "incomplete:" (JUnit), not a failure (rc 0)."""
+    data = json.loads((RECORDINGS / "healthy-h100x8.json").read_text())
+    del data["kernel_log"]
+    rec_path = tmp_path / "no-log.json"
+    rec_path.write_text(json.dumps(data))
+    run = run_suite(
+        tmp_path, f"--nvml-recording={rec_path}", *H100, f"--kernel-log={tmp_path / 'gone.log'}"
+    )
+    assert run.rc == 0, run.out
+    rec = run.find("xid_errors")
+    assert rec["status"] == "incomplete"
+    assert "kernel log unreadable" in rec["message"] and rec["remedy"]
+    (case,) = [c for c in run.junit.iter("testcase") if c.get("name") == "test_xid_errors"]
+    (skipped,) = list(case.iter("skipped"))
+    assert str(skipped.get("message")).startswith("incomplete: kernel log unreadable")
+    assert "0 fail, 13 skip, 1 incomplete" in run.out
+    assert "INCOMPLETE xid_errors: kernel log unreadable" in run.out

@@ -1,7 +1,9 @@
 """``gpufleet dcgm diag --level N --timeout S --output FILE``: run NVIDIA DCGM's
 diagnostics (``dcgmi diag -r N -j``) with a bound on its time and write one record per DCGM
 test as a ResultFile of kind ``dcgm`` (gpufleet.node.dcgm). Exit 0 when no record fails, 1 when
-one does; a node without an NVIDIA GPU on the PCI bus gets one ``skip`` record.
+one does, 3 when none fails but DCGM could not judge (dcgmi missing or killed at --timeout:
+one ``incomplete`` record); a node without an NVIDIA GPU on the PCI bus gets one ``skip``
+record.
 
 verify runs it on every node when ``gpufleet_dcgm`` (``verify_dcgm``) is true; levels 1-4 go
 from seconds to tens of minutes (DCGM user guide, diagnostics)."""
@@ -60,4 +62,6 @@ def run(args: argparse.Namespace) -> int:
         Path(args.log).write_text(result.output, encoding="utf-8")
     for r in records:
         print(f"{r.status.upper():4} {r.name}: {r.message}")
-    return 1 if any(r.status == "fail" for r in records) else 0
+    if any(r.status == "fail" for r in records):
+        return 1
+    return 3 if any(r.status == "incomplete" for r in records) else 0

@@ -1,20 +1,29 @@
 """``gpufleet health``: the fast node checks (gpufleet.node.fast_checks) within a time limit, fit
 for a scheduler's health-check program; with ``--slurm`` it also acts on the verdict::
 
-    gpufleet health --slurm --timeout 60 --output /var/lib/gpufleet/health.json
+    gpufleet health --slurm --timeout 60 --output /var/lib/gpufleet/health.json \
+        --textfile /var/lib/node_exporter/textfile/gpufleet.prom
 
+* every check ends pass, warn, fail, skip (cannot run here by design) or incomplete (could
+  not finish: timed out, a tool missing, NVML not answering in time); warn, fail and
+  incomplete records carry a remedy;
 * the checks run in a child process; one that does not finish within ``--timeout`` seconds
-  (an NVML call stuck on a broken GPU) is killed and counts as the failure
-  ``health_timeout``;
+  (an NVML call stuck on a broken GPU) is killed and counts as the incomplete check
+  ``health_timeout``: it is not a failure, and it never drains a node;
 * ``--slurm``: a failed check drains this node (``scontrol update nodename=<node>
   state=drain reason="gpufleet: <check>: <value>"``); when every check passes again, a node
-  that gpufleet drained is resumed; a node drained for any other reason is left alone;
-* one line per failed or warning check on stdout, the records as a result file of kind
-  ``health`` with ``--output``.
+  that gpufleet drained is resumed; a node drained for any other reason is left alone. An
+  incomplete run (and no failure) leaves the node as it is: neither drained nor resumed;
+* one line per failed, incomplete or warning check on stdout, the records as a result file
+  of kind ``health`` with ``--output`` (``valid_until`` = now + ``--valid-hours``, 24 by
+  default), the states in node_exporter's textfile format with ``--textfile``;
+* ``--read-output FILE`` judges an earlier ``--output`` file instead of running the checks;
+  past its ``valid_until`` every record reads as incomplete (stale).
 
-Exit 0 when no check fails, 1 when one does (or Slurm could not be told), 2 for bad
-arguments. slurm.conf: ``HealthCheckProgram=/usr/local/sbin/gpufleet-healthcheck`` (the
-wrapper role slurm_health installs; docs/slurm.md)."""
+Exit status: 0 every check passes or warns (or skips), 1 a check fails (or Slurm could not
+be told), 2 refused arguments, 3 no check fails but one is incomplete. slurm.conf:
+``HealthCheckProgram=/usr/local/sbin/gpufleet-healthcheck`` (the wrapper role slurm_health
+installs; docs/slurm.md)."""
 
 from __future__ import annotations
 
@@ -31,14 +40,25 @@ from typing import Any
 
 from gpufleet import argtypes
 from gpufleet.commands import add_command
-from gpufleet.errors import GpufleetError
+from gpufleet.errors import GpufleetError, RefusedError
 from gpufleet.node import fast_checks as nodehealth
-from gpufleet.node import xid
+from gpufleet.node import textfile, xid
 from gpufleet.node.nvml import load_recording
-from gpufleet.results import Record, ResultFile
+from gpufleet.results import (
+    Record,
+    ResultFile,
+    load_result_file,
+    read_as_of,
+    utc_stamp,
+    valid_until,
+)
 from gpufleet.verify.launchers import slurm
 
 HEALTH_TIMEOUT = "health_timeout"
+HEALTH_RUN = "health_run"
+EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INCOMPLETE = 0, 1, 2, 3
+#: How long a health verdict holds (GCP's cluster-health-scanner stamps results likewise).
+DEFAULT_VALID_HOURS = 24.0
 
 
 def register(sub: Any) -> None:
@@ -64,6 +84,28 @@ def register(sub: Any) -> None:
         help="this node's Slurm name (default: the short host name)",
     )
     p.add_argument("--dry-run", action="store_true", help="print the scontrol command only")
+    p.add_argument(
+        "--textfile",
+        type=argtypes.text,
+        default=None,
+        metavar="PATH",
+        help="also write the check states for node_exporter's textfile collector (*.prom)",
+    )
+    p.add_argument(
+        "--valid-hours",
+        type=argtypes.hours,
+        default=DEFAULT_VALID_HOURS,
+        metavar="H",
+        help="how long the verdict in --output holds (valid_until; default %(default)g)",
+    )
+    p.add_argument(
+        "--read-output",
+        type=argtypes.text,
+        default=None,
+        metavar="FILE",
+        help="judge an earlier --output file instead of running the checks (stale past its "
+        "valid_until: incomplete)",
+    )
     p.add_argument("--in-process", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
@@ -99,13 +141,15 @@ def _records_bounded(args: argparse.Namespace) -> list[Record]:
         return [
             Record(
                 name=HEALTH_TIMEOUT,
-                status="fail",
+                status="incomplete",
                 value=f"{args.timeout:g}s",
                 threshold=f"< {args.timeout:g}s",
                 message=f"the node checks did not finish within {args.timeout:g}s (an NVML or "
-                "kernel-log read hangs: a GPU fell off the bus, or the driver is wedged). Fix: "
-                "nvidia-smi and journalctl -k on the node; reboot it if nvidia-smi hangs",
-                remedy="nvidia-smi / journalctl -k; reboot the node if nvidia-smi hangs",
+                "kernel-log read hangs: a GPU fell off the bus, the driver is wedged, or the "
+                "node is overloaded); the node is not judged. Fix: nvidia-smi and journalctl "
+                "-k on the node; reboot it if nvidia-smi hangs; else raise --timeout",
+                remedy="nvidia-smi / journalctl -k; reboot the node if nvidia-smi hangs, else "
+                "raise --timeout (slurm_health_timeout)",
             )
         ]
     try:
@@ -116,11 +160,14 @@ def _records_bounded(args: argparse.Namespace) -> list[Record]:
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
         return [
             Record(
-                name="health_run",
-                status="fail",
+                name=HEALTH_RUN,
+                status="incomplete",
                 value=r.returncode,
-                message=f"the node checks crashed (rc {r.returncode}: {tail[0]}; {exc})",
-                remedy="run `gpufleet health -v` on the node and read the traceback",
+                threshold="rc 0 and a JSON list of records",
+                message=f"the node checks crashed (rc {r.returncode}: {tail[0]}; {exc}); the "
+                "node is not judged. Fix: run `gpufleet -v health --in-process` on the node "
+                "and read the traceback",
+                remedy="run `gpufleet -v health --in-process` on the node and read the traceback",
             )
         ]
 
@@ -131,64 +178,120 @@ def _value_text(r: Record) -> str:
     return f"GPU {r.gpu}: {text}" if r.gpu else text
 
 
+def exit_code(records: list[Record]) -> int:
+    """0 pass/warn/skip, 1 a failure, 3 no failure but an incomplete check."""
+    if any(r.status == "fail" for r in records):
+        return EXIT_FAILED
+    if any(r.status == "incomplete" for r in records):
+        return EXIT_INCOMPLETE
+    return EXIT_OK
+
+
+def _print_verdict(node: str, records: list[Record]) -> None:
+    for status in ("fail", "incomplete", "warn"):
+        for r in records:
+            if r.status == status:
+                print(f"{r.status.upper():4} {r.name}: {r.message}")
+    failed = sum(r.status == "fail" for r in records)
+    incomplete = sum(r.status == "incomplete" for r in records)
+    if failed:
+        print(f"{node}: {failed} check(s) failed")
+    elif incomplete:
+        print(f"{node}: not judged, {incomplete} check(s) incomplete (no failure)")
+    else:
+        print(f"{node}: healthy ({len(records)} checks)")
+
+
+def _tell_slurm(args: argparse.Namespace, records: list[Record], meta: dict[str, Any]) -> bool:
+    """Drain on a failure; resume our drain when all is well; leave the node alone when the
+    run is incomplete. False when Slurm could not be told."""
+    slurm_name = args.slurm_node or socket.gethostname().split(".")[0]
+    failed = [r for r in records if r.status == "fail"]
+    incomplete = [r.name for r in records if r.status == "incomplete"]
+    if not failed and incomplete:
+        reason = f"incomplete ({', '.join(incomplete)}): {slurm_name} left as it is"
+        meta["slurm"] = {"node": slurm_name, "action": "none", "reason": reason}
+        print(f"slurm: none: {reason}")
+        return True
+    try:
+        shown = slurm.run_cmd(["scontrol", "show", "node", "-o", slurm_name])
+        if shown.returncode != 0:
+            raise GpufleetError(
+                f"scontrol show node {slurm_name}: {(shown.stderr or shown.stdout).strip()}"
+            )
+        action = slurm.health_action(
+            slurm_name,
+            slurm.parse_show_line(shown.stdout),
+            [(r.name, _value_text(r)) for r in failed],
+        )
+        meta["slurm"] = {"node": slurm_name, "action": action.action, "reason": action.reason}
+        if action.argv and args.dry_run:
+            print("would run: " + " ".join(action.argv))
+        elif action.argv:
+            done = slurm.run_cmd(list(action.argv))
+            if done.returncode != 0:
+                raise GpufleetError(
+                    f"{' '.join(action.argv[:4])} failed: {(done.stderr or done.stdout).strip()}"
+                )
+        print(f"slurm: {action.action}: {action.reason}")
+    except GpufleetError as exc:
+        print(f"ERROR: slurm: {exc}", file=sys.stderr)
+        meta["slurm"] = {"node": slurm_name, "error": str(exc)}
+        return False
+    return True
+
+
+def _read_output(args: argparse.Namespace) -> int:
+    """The verdict of an earlier --output file, as it reads now (stale: incomplete)."""
+    try:
+        earlier = load_result_file(args.read_output)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RefusedError(
+            f"--read-output {args.read_output}: not a gpufleet result file ({exc}); pass the "
+            "file an earlier `gpufleet health --output` wrote"
+        ) from exc
+    now = datetime.datetime.now(datetime.timezone.utc)
+    result = read_as_of(earlier, now)
+    _print_verdict(result.node, result.records)
+    if args.textfile:
+        started = datetime.datetime.fromisoformat(earlier.started.replace("Z", "+00:00"))
+        textfile.write(args.textfile, result.records, started.timestamp())
+    return exit_code(result.records)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.in_process:
         print(json.dumps([r.to_dict() for r in _records_in_process(args)]))
         return 0
+    if args.read_output:
+        if args.slurm or args.output:
+            raise RefusedError(
+                "--read-output judges an earlier file: it neither tells Slurm nor writes "
+                "--output; drop --slurm/--output, or drop --read-output to run the checks"
+            )
+        return _read_output(args)
     node = args.node or socket.gethostname().split(".")[0]
-    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.monotonic()
     records = [dataclasses.replace(r, node=node) for r in _records_bounded(args)]
-    failed = [r for r in records if r.status == "fail"]
-    for r in records:
-        if r.status in ("fail", "warn"):
-            print(f"{r.status.upper():4} {r.name}: {r.message}")
-    verdict = (
-        f"{node}: {len(failed)} check(s) failed"
-        if failed
-        else f"{node}: healthy ({len(records)} checks)"
-    )
-    print(verdict)
+    _print_verdict(node, records)
     meta: dict[str, Any] = {"timeout_s": args.timeout}
-    rc = 1 if failed else 0
-    if args.slurm:
-        slurm_name = args.slurm_node or socket.gethostname().split(".")[0]
-        try:
-            shown = slurm.run_cmd(["scontrol", "show", "node", "-o", slurm_name])
-            if shown.returncode != 0:
-                raise GpufleetError(
-                    f"scontrol show node {slurm_name}: {(shown.stderr or shown.stdout).strip()}"
-                )
-            action = slurm.health_action(
-                slurm_name,
-                slurm.parse_show_line(shown.stdout),
-                [(r.name, _value_text(r)) for r in failed],
-            )
-            meta["slurm"] = {"node": slurm_name, "action": action.action, "reason": action.reason}
-            if action.argv and args.dry_run:
-                print("would run: " + " ".join(action.argv))
-            elif action.argv:
-                done = slurm.run_cmd(list(action.argv))
-                if done.returncode != 0:
-                    raise GpufleetError(
-                        f"{' '.join(action.argv[:4])} failed: "
-                        f"{(done.stderr or done.stdout).strip()}"
-                    )
-            print(f"slurm: {action.action}: {action.reason}")
-        except GpufleetError as exc:
-            print(f"ERROR: slurm: {exc}", file=sys.stderr)
-            meta["slurm"] = {"node": slurm_name, "error": str(exc)}
-            rc = 1
+    rc = exit_code(records)
+    if args.slurm and not _tell_slurm(args, records, meta):
+        rc = EXIT_FAILED
     if args.output:
         ResultFile(
             kind="health",
             node=node,
             mode="node",
-            started=started,
+            started=utc_stamp(now),
             duration_s=time.monotonic() - t0,
             records=records,
             meta=meta,
+            valid_until=valid_until(now, args.valid_hours),
         ).write(args.output)
+    if args.textfile:
+        textfile.write(args.textfile, records, now.timestamp())
     return rc
 
 

@@ -154,7 +154,8 @@ def run_diag(
     level: int, timeout_s: float, dcgmi: str = "dcgmi", argv: Sequence[str] | None = None
 ) -> DiagRun:
     """``dcgmi diag -r LEVEL -j``, killed after ``timeout_s``: records from its JSON, or one
-    failing ``dcgm_diag`` record saying why there are none (not installed, timed out)."""
+    incomplete ``dcgm_diag`` record saying why there are none (not installed, timed out):
+    DCGM could not judge the GPUs, which is not a GPU fault."""
     if level not in LEVELS:
         raise ValueError(f"level {level!r}: choose one of {', '.join(map(str, LEVELS))}")
     cmd = list(argv) if argv else [dcgmi, "diag", "-r", str(level), "-j"]
@@ -166,7 +167,7 @@ def run_diag(
     except FileNotFoundError:
         run.records.append(
             make_record(
-                DCGM_DIAG, "fail", f"{where}: {cmd[0]} not found: DCGM is not installed.",
+                DCGM_DIAG, "incomplete", f"{where}: {cmd[0]} not found: DCGM is not installed.",
                 threshold="test results",
                 remedy="provision with gpufleet_dcgm: true (role dcgm installs DCGM from "
                 "NVIDIA's repository), or set verify_dcgm: false",
@@ -179,7 +180,7 @@ def run_diag(
         run.output = out
         run.records.append(
             make_record(
-                DCGM_DIAG, "fail",
+                DCGM_DIAG, "incomplete",
                 f"{where} did not finish within {timeout_s:g} s (killed).",
                 value=round(run.seconds, 1), threshold=f"<= {timeout_s:g} s",
                 remedy="raise verify_dcgm_timeout (level 3 and 4 take tens of minutes) or "

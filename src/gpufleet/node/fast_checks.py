@@ -274,7 +274,7 @@ def run_checks(
             lines, source = xid.read_kernel_log(xid_window_h)
         records.append(xid_record(lines, source, now, xid_window_h, reading))
     except (xid.KernelLogUnavailable, OSError) as exc:
-        records.append(Record(name=health.XID, status="skip", message=f"kernel log: {exc}"))
+        records.append(health.kernel_log_unreadable(exc))
     close = getattr(reader, "close", None)
     if callable(close):
         close()

@@ -41,14 +41,14 @@ def test_hung_dcgmi_is_killed_at_the_limit(tmp_path: Path) -> None:
     run = dcgm.run_diag(2, 0.5, str(exe))
     assert time.monotonic() - start < 10
     (rec,) = run.records
-    assert rec.name == "dcgm_diag" and rec.status == "fail"
+    assert rec.name == "dcgm_diag" and rec.status == "incomplete"
     assert "did not finish within 0.5 s" in rec.message
     assert "verify_dcgm_timeout" in rec.remedy
 
 
-def test_missing_dcgmi_fails_with_the_install_remedy(tmp_path: Path) -> None:
+def test_missing_dcgmi_is_incomplete_with_the_install_remedy(tmp_path: Path) -> None:
     (rec,) = dcgm.run_diag(1, 5, str(tmp_path / "nope")).records
-    assert rec.status == "fail" and "not installed" in rec.message
+    assert rec.status == "incomplete" and "not installed" in rec.message
     assert "gpufleet_dcgm: true" in rec.remedy
 
 
@@ -96,3 +96,21 @@ def test_cli_refuses_a_bad_level() -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--level" in proc.stderr
+
+
+def test_cli_exits_3_when_dcgm_could_not_judge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU node without dcgmi: one incomplete record and exit 3 (not a GPU failure)."""
+    import argparse
+
+    from gpufleet.commands import cmd_dcgm
+    from gpufleet.node import facts
+
+    monkeypatch.setattr(facts, "pci_nvidia_gpus", lambda: 8)
+    out = tmp_path / "dcgm.json"
+    args = argparse.Namespace(
+        level=1, timeout=5.0, node="n1", output=str(out), log=None, dcgmi=str(tmp_path / "nope")
+    )
+    assert cmd_dcgm.run(args) == 3
+    assert [r["status"] for r in json.loads(out.read_text())["records"]] == ["incomplete"]

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -171,19 +172,96 @@ def test_an_admins_drain_is_left_alone(tmp_path: Path) -> None:
     assert "not resumed" in r.stdout
 
 
-def test_checks_that_hang_are_cut_at_the_timeout_and_fail(tmp_path: Path) -> None:
-    """A child that never answers (an NVML call stuck on a lost GPU) is killed."""
-    from gpufleet.commands import cmd_health as cmd
-
+def hanging_python(tmp_path: Path) -> Path:
+    """A stand-in for sys.executable whose child never answers (an NVML call stuck on a lost
+    GPU)."""
     hang = tmp_path / "python"
     hang.write_text("#!/bin/sh\nexec sleep 30\n")
     hang.chmod(0o755)
+    return hang
+
+
+def test_checks_that_hang_are_cut_at_the_timeout_and_are_incomplete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child that never answers is killed; the verdict is incomplete, not a failure."""
+    from gpufleet.commands import cmd_health as cmd
+
+    monkeypatch.setattr(sys, "executable", str(hanging_python(tmp_path)))
     args = cmd.build_args(["--timeout", "1", "--manifest", str(manifest(tmp_path))])
-    old = sys.executable
-    try:
-        sys.executable = str(hang)
-        recs = cmd._records_bounded(args)
-    finally:
-        sys.executable = old
-    assert [(r.name, r.status) for r in recs] == [("health_timeout", "fail")]
+    recs = cmd._records_bounded(args)
+    assert [(r.name, r.status) for r in recs] == [("health_timeout", "incomplete")]
     assert "did not finish within 1s" in recs[0].message
+    assert "raise --timeout" in recs[0].remedy
+
+
+def test_a_timed_out_run_never_drains_and_exits_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--slurm on a run that timed out: no scontrol call at all (neither drain nor resume of
+    gpufleet's own drain), exit 3, and the output file and textfile say incomplete."""
+    from gpufleet.commands import cmd_health as cmd
+
+    env, log = fake_slurm(
+        tmp_path, "NodeName=gpu7 State=IDLE+DRAIN Reason=gpufleet: gpu_count: 7 [root@now]"
+    )
+    monkeypatch.setenv("PATH", env["PATH"])
+    monkeypatch.setattr(sys, "executable", str(hanging_python(tmp_path)))
+    out, prom = tmp_path / "health.json", tmp_path / "gpufleet.prom"
+    args = cmd.build_args(
+        ["--timeout", "1", "--manifest", str(manifest(tmp_path)), "--slurm",
+         "--slurm-node", "gpu7", "--output", str(out), "--textfile", str(prom)]
+    )  # fmt: skip
+    assert cmd.run(args) == 3
+    assert not log.exists()
+    data = json.loads(out.read_text())
+    assert data["meta"]["slurm"]["action"] == "none"
+    assert [r["status"] for r in data["records"]] == ["incomplete"]
+    assert 'gpufleet_check_state{check="health_timeout",state="incomplete"} 1' in (
+        prom.read_text().splitlines()
+    )
+
+
+def test_a_failure_beside_an_incomplete_check_still_drains(tmp_path: Path) -> None:
+    """An unreadable kernel log (incomplete xid_errors) does not hide a missing GPU."""
+    env, log = fake_slurm(tmp_path, "NodeName=gpu7 State=IDLE Reason=(null)")
+    rec = json.loads((RECORDINGS / "gpu-missing.json").read_text())
+    del rec["kernel_log"]
+    path = tmp_path / "no-log.json"
+    path.write_text(json.dumps(rec))
+    env["PATH"] = f"{tmp_path / 'bin'}"  # scontrol only: neither journalctl nor dmesg
+    r = health(
+        ["--slurm", "--slurm-node", "gpu7", "--manifest", str(manifest(tmp_path)),
+         "--nvml-recording", str(path)],
+        env,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "INCOMPLETE xid_errors: kernel log unreadable" in r.stdout
+    assert "state=drain reason=gpufleet: gpu_count: " in log.read_text()
+
+
+def test_an_earlier_verdict_reads_as_incomplete_once_stale(tmp_path: Path) -> None:
+    env = dict(os.environ)
+    out, prom = tmp_path / "health.json", tmp_path / "gpufleet.prom"
+    r = health(
+        ["--manifest", str(manifest(tmp_path)), "--valid-hours", "2",
+         "--nvml-recording", str(RECORDINGS / "healthy-h100x8.json"), "--output", str(out)],
+        env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(out.read_text())
+    started = datetime.fromisoformat(data["started"].replace("Z", "+00:00"))
+    until = datetime.fromisoformat(data["valid_until"].replace("Z", "+00:00"))
+    assert until - started == timedelta(hours=2)
+    fresh = health(["--read-output", str(out)], env)
+    assert fresh.returncode == 0 and "healthy" in fresh.stdout, fresh.stdout + fresh.stderr
+    data["valid_until"] = "2020-01-01T00:00:00Z"
+    out.write_text(json.dumps(data))
+    stale = health(["--read-output", str(out), "--textfile", str(prom)], env)
+    assert stale.returncode == 3, stale.stdout + stale.stderr
+    assert "INCOMPLETE gpu_count: stale: this pass verdict was valid until 2020-01-01" in (
+        stale.stdout
+    )
+    assert 'gpufleet_check_state{check="gpu_count",state="incomplete"} 1' in prom.read_text()
+    refused = health(["--read-output", str(out), "--slurm"], env)
+    assert refused.returncode == 2 and "--read-output" in refused.stderr

@@ -178,9 +178,59 @@ def test_xid_errors_groups_and_names_gpus() -> None:
               XidEvent(13, "0000:3b:00", now, "")]  # fmt: skip
     rec = health.xid_errors(events, [GPU], 2, now)
     assert rec.status == "fail"
-    assert "GPU 0 (00000000:3B:00.0): Xid 79 x2 (GPU has fallen off the bus)" in rec.message
+    assert (
+        "GPU 0 (00000000:3B:00.0): Xid 79 x2 (GPU has fallen off the bus; bus, RESTART_BM)"
+        in rec.message
+    )
     assert rec.value == [79]
-    assert health.xid_errors(events[2:], [GPU], 2, now).status == "pass"
+    assert rec.remedy.startswith("Xid 79 (RESTART_BM): drain the node")
+    passed = health.xid_errors(events[2:], [GPU], 2, now)
+    assert passed.status == "pass"
+    assert "non-critical Xids seen: [13]; 13: application, RESTART_APP" in passed.message
+
+
+@pytest.mark.parametrize(
+    ("xid", "family", "action"),
+    [
+        (13, "application", "RESTART_APP"),
+        (31, "application", "RESTART_APP"),
+        (43, "application", "RESTART_APP"),
+        (48, "memory", "RESET_GPU"),
+        (63, "memory", "RESET_GPU"),
+        (64, "memory", "CONTACT_SUPPORT"),
+        (94, "memory", "RESTART_APP"),
+        (95, "memory", "RESET_GPU"),
+        (79, "bus", "RESTART_BM"),
+        (74, "nvlink", "RESET_GPU"),
+        (119, "gsp", "RESET_GPU"),
+        (120, "gsp", "RESET_GPU"),
+        (9999, "unknown", "CONTACT_SUPPORT"),
+    ],
+)
+def test_xid_resolution_buckets(xid: int, family: str, action: str) -> None:
+    """NVIDIA's Xid catalog, immediate action (docs.nvidia.com/deploy/xid-errors)."""
+    assert health.xid_bucket(xid) == health.XidBucket(family, action)
+
+
+def test_every_critical_xid_has_a_bucket() -> None:
+    from gpufleet.node.xid import CRITICAL_XIDS
+
+    assert CRITICAL_XIDS <= set(health.XID_BUCKETS)
+
+
+def test_unreadable_kernel_log_is_incomplete_with_a_remedy() -> None:
+    rec = health.kernel_log_unreadable("journalctl: rc=1; dmesg: Operation not permitted")
+    assert rec.status == "incomplete"
+    assert "dmesg: Operation not permitted" in rec.message
+    assert "--kernel-log" in rec.remedy and "Fix: " + rec.remedy in rec.message
+
+
+@pytest.mark.parametrize(("code", "status"), [(10, "incomplete"), (27, "incomplete"), (15, "fail")])
+def test_nvml_timeout_on_a_gpu_is_incomplete_a_lost_gpu_fails(code: int, status: str) -> None:
+    gpu = replace(GPU, error=f"NVML error {code}", error_code=code)
+    rec = health.gpu_unreadable("persistence_mode", gpu)
+    assert rec is not None and rec.status == status
+    assert rec.remedy
 
 
 def test_toolkit_from_plan() -> None:

@@ -42,6 +42,10 @@ from gpufleet.node.health.driver import (
     persistence_mode,
 )
 from gpufleet.node.health.kernel_log import (
+    XID_BUCKETS,
+    XidBucket,
+    kernel_log_unreadable,
+    xid_bucket,
     xid_errors,
 )
 from gpufleet.node.health.links import (
@@ -102,6 +106,8 @@ __all__ = [
     "NO_DRIVER_REASON",
     "PCIE_IDLE_UTILIZATION",
     "VOLATILE_UNCORRECTABLE_LIMIT",
+    "XID_BUCKETS",
+    "XidBucket",
     "clock_event_reasons",
     "clock_reason_names",
     "cuda_driver_version",
@@ -112,6 +118,7 @@ __all__ = [
     "ecc_uncorrectable",
     "gpu_count",
     "gpu_unreadable",
+    "kernel_log_unreadable",
     "nccl_version",
     "no_driver",
     "no_gpus",
@@ -128,6 +135,7 @@ __all__ = [
     "torch_cuda_version",
     "torch_device_count",
     "version_tuple",
+    "xid_bucket",
     "xid_errors",
 ]
 __all__ += names.__all__

@@ -5,9 +5,16 @@ from __future__ import annotations
 import re
 
 from gpufleet.node.nvml import NVML_ERROR_REMEDY, GpuReading, NvmlUnavailable
-from gpufleet.results import Record, Status
+from gpufleet.results import NEEDS_REMEDY, Record, Status
 
 NO_DRIVER_REASON = "no NVIDIA driver"
+#: NVML errors that say "not now" rather than "broken" (nvml.h): NVML_ERROR_TIMEOUT (10),
+#: NVML_ERROR_NOT_READY (27). A GPU read failing with one of them is incomplete, not failed.
+NVML_TRANSIENT_ERRORS: frozenset[int] = frozenset({10, 27})
+TRANSIENT_REMEDY = (
+    "rerun the check; if NVML keeps timing out on this GPU, read `nvidia-smi -q -i <gpu>` "
+    "and `journalctl -k` for Xid 79/119 (a GPU about to fall off the bus)"
+)
 
 
 def version_tuple(text: str) -> tuple[int, ...]:
@@ -32,14 +39,14 @@ def rec(
     remedy: str = "",
 ) -> Record:
     text = f"GPU {gpu.label}: {message}" if gpu is not None else message
-    if remedy and status in ("fail", "warn"):
+    if remedy and status in NEEDS_REMEDY:
         text = f"{text} Fix: {remedy}"
     return Record(
         name=name,
         status=status,
         value=value,
         threshold=threshold,
-        remedy=remedy if status in ("fail", "warn") else "",
+        remedy=remedy if status in NEEDS_REMEDY else "",
         message=text,
         gpu=None if gpu is None else gpu.label,
     )
@@ -86,9 +93,15 @@ def no_gpus(name: str, require_gpu: bool) -> Record:
 
 
 def gpu_unreadable(name: str, gpu: GpuReading) -> Record | None:
-    """Fail when NVML could not read this GPU (e.g. GPU lost); None when it could."""
+    """Fail when NVML could not read this GPU (e.g. GPU lost); None when it could.
+    A transient NVML error (timeout, not ready) is incomplete: the GPU may be fine."""
     if gpu.error is None:
         return None
+    if gpu.error_code in NVML_TRANSIENT_ERRORS:
+        return rec(
+            name, "incomplete", f"NVML could not read this GPU in time: {gpu.error}.", gpu=gpu,
+            value=gpu.error_code, threshold="readable", remedy=TRANSIENT_REMEDY,
+        )  # fmt: skip
     remedy = NVML_ERROR_REMEDY.get(
         gpu.error_code or -1, "inspect `nvidia-smi -q -i <gpu>` and the kernel log"
     )
