@@ -15,10 +15,19 @@ import pytest
 from gpufleet.planning.planner import PlanRequest, make_plan
 from roles_driver_helpers import FAKES, ansible_playbook, fake_pm, pkg, read_state, write_role_play
 
+pytestmark = [pytest.mark.ansible, pytest.mark.slow]
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> tuple[Path, Path]:
+    """Scripted dnf/rpm offering cuda-toolkit-13-0 13.0.2: (bin directory, state file)."""
+    return fake_pm(tmp_path, {"available": [pkg("cuda-toolkit-13-0", "13.0.2")]})
+
 
 def _run(
-    tmp: Path, key: tuple[Path, str], bindir: Path, state: Path, nvcc_release: str
+    tmp: Path, key: tuple[Path, str], node: tuple[Path, Path], nvcc_release: str
 ) -> subprocess.CompletedProcess[str]:
+    bindir, state = node
     prefix = tmp / "cuda-13.0"
     (prefix / "bin").mkdir(parents=True, exist_ok=True)
     nvcc = prefix / "bin/nvcc"
@@ -59,13 +68,11 @@ def _changed(stdout: str) -> int:
     return int(m.group(1))
 
 
-@pytest.mark.ansible
-@pytest.mark.slow
 def test_toolkit_role_installs_links_and_is_idempotent(
-    tmp_path: Path, test_key: tuple[Path, str]
+    tmp_path: Path, test_key: tuple[Path, str], node: tuple[Path, Path]
 ) -> None:
-    bindir, state = fake_pm(tmp_path, {"available": [pkg("cuda-toolkit-13-0", "13.0.2")]})
-    first = _run(tmp_path, test_key, bindir, state, "13.0")
+    state = node[1]
+    first = _run(tmp_path, test_key, node, "13.0")
     assert first.returncode == 0, first.stdout[-5000:]
     assert _changed(first.stdout) >= 4  # key, repo file, package, link, profile
     assert [p["name"] for p in read_state(state)["installed"]] == ["cuda-toolkit-13-0"]
@@ -76,17 +83,14 @@ def test_toolkit_role_installs_links_and_is_idempotent(
     installs = [c for c in read_state(state)["calls"] if c[0] == "dnf" and "install" in c]
     assert installs == [["dnf", "-y", "install", "cuda-toolkit-13-0"]]  # never cuda-13-0
 
-    second = _run(tmp_path, test_key, bindir, state, "13.0")
+    second = _run(tmp_path, test_key, node, "13.0")
     assert second.returncode == 0, second.stdout[-5000:]
     assert _changed(second.stdout) == 0, second.stdout[-5000:]
 
 
-@pytest.mark.ansible
-@pytest.mark.slow
 def test_toolkit_role_fails_when_nvcc_is_another_release(
-    tmp_path: Path, test_key: tuple[Path, str]
+    tmp_path: Path, test_key: tuple[Path, str], node: tuple[Path, Path]
 ) -> None:
-    bindir, state = fake_pm(tmp_path, {"available": [pkg("cuda-toolkit-13-0", "13.0.2")]})
-    res = _run(tmp_path, test_key, bindir, state, "12.8")
+    res = _run(tmp_path, test_key, node, "12.8")
     assert res.returncode != 0
     assert "Check nvcc" in res.stdout
