@@ -1,12 +1,16 @@
 """Input checks that run before any node is touched (playbooks/check_inventory.yml).
 
-Two kinds, both pure functions over plain values (stdlib only):
+Two kinds, both pure functions over plain values (the standard library and the data of
+gpufleet.inputs.known and gpufleet.inputs.addresses only):
 
 - cluster-level checks of the inventory, which no single node can make: the group of GPU
-  nodes is not empty, every node has its own address, the rendezvous master is one of the
-  nodes, the cluster network is a CIDR and holds the nodes' addresses, the rendezvous port
-  is a TCP port, and the cluster-wide settings agree between nodes
-  (:func:`inventory_problems`, :func:`check_inventory`);
+  nodes is not empty, every node has its own address (a host address of the cluster
+  network, in a form every node can use: no zone, not link-local IPv6, not the network's
+  network or broadcast address), the rendezvous master is one of the nodes (written as
+  the host is: no blanks around it), the cluster network is a CIDR and holds the nodes'
+  addresses, the rendezvous port is a TCP port that no service of the nodes uses (not
+  privileged, not a node's SSH port, not the probe's port), and the cluster-wide settings
+  agree between nodes (:func:`inventory_problems`, :func:`check_inventory`);
 - (the values of single variables, ranges included, are gpufleet.inputs.boundary's job).
 
 Every message names the variable, the value given and what is allowed, e.g.
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.errors import RefusedError
+from gpufleet.inputs import addresses, known
 
 DEFAULT_GROUP = "gpu_nodes"
 CIDR_ALLOWED = (
@@ -51,6 +56,7 @@ class InventoryNode:
     master: object = None
     cidr: object = None
     rdzv_port: object = None
+    probe_port: object = None
 
 
 def show(value: object) -> str:
@@ -105,12 +111,26 @@ def as_number(value: object) -> float | None:
 # --------------------------------------------------------------------------- the inventory
 
 
+def _blank_ends(value: object) -> bool:
+    return isinstance(value, str) and value != value.strip()
+
+
 def _network(value: object) -> tuple[IPNetwork | None, str]:
     """(network, "") for a CIDR, else (None, message naming the value and what is allowed)."""
     name = "gpufleet_cluster_cidr"
     text = value.strip() if isinstance(value, str) else ""
     if not text:
         return None, f"{name}={show(value)} is not a network -> allowed: {CIDR_ALLOWED}"
+    if _blank_ends(value):
+        return None, (
+            f"{name}={show(value)} has leading or trailing whitespace -> allowed: "
+            f"{CIDR_ALLOWED}, as {text!r}"
+        )
+    if "%" in text:
+        return None, (
+            f"{name}={show(value)} has a zone (%interface), which names an interface of one "
+            f"node only -> allowed: {CIDR_ALLOWED}, without a zone"
+        )
     if "/" not in text:
         return None, f"{name}={show(value)} has no prefix length -> allowed: {CIDR_ALLOWED}"
     try:
@@ -173,7 +193,7 @@ def inventory_problems(nodes: Sequence[InventoryNode], group: str = DEFAULT_GROU
         elif len(cidrs) == 1:
             network = parsed
 
-    # The rendezvous port.
+    # The rendezvous port: a TCP port that no service of the nodes uses.
     for value, _ in _by_value(nodes, "rdzv_port").values():
         port = as_int(value)
         if port is None or not 1 <= port <= 65535:
@@ -182,30 +202,36 @@ def inventory_problems(nodes: Sequence[InventoryNode], group: str = DEFAULT_GROU
                 f"gpufleet_rdzv_port={show(value)} {why} -> allowed: {PORT_ALLOWED} "
                 "(torchrun's MASTER_PORT, default 29500)"
             )
+            continue
+        out += _port_clashes(value, port, nodes)
 
-    # The rendezvous master: a host of the group.
+    # The rendezvous master: a host of the group, written as the host is.
     for text, (value, _) in _by_value(nodes, "master").items():
-        if text not in names:
+        if _blank_ends(value) and text in names:
+            out.append(
+                f"gpufleet_master={show(value)} has leading or trailing whitespace -> allowed: "
+                f"the host name as written, {text!r}"
+            )
+        elif text not in names:
             out.append(
                 f"gpufleet_master={show(value)} is not a host of {group} -> allowed: "
                 f"{_names(names, 'or')} (or unset: the first host, {names[0]})"
             )
 
     # Each node's cluster address: an address, inside the network, its own.
-    addresses: dict[IPAddress, list[str]] = {}
+    used: dict[IPAddress, list[str]] = {}
     for n in nodes:
         if not _is_set(n.cluster_address):
             continue
-        try:
-            addr = ipaddress.ip_address(str(n.cluster_address).strip())
-        except ValueError:
+        why = addresses.form_problem(str(n.cluster_address))
+        if why:
             out.append(
-                f"{n.name}: gpufleet_cluster_address={show(n.cluster_address)} is not an IP "
-                "address -> allowed: the node's IPv4 or IPv6 address on the cluster network, "
-                "e.g. 10.0.0.11"
+                f"{n.name}: gpufleet_cluster_address={show(n.cluster_address)} {why} -> "
+                f"allowed: {addresses.ADDRESS_ALLOWED}"
             )
             continue
-        addresses.setdefault(addr, []).append(n.name)
+        addr = ipaddress.ip_address(str(n.cluster_address))
+        used.setdefault(addr, []).append(n.name)
         # A one-node "cluster" on loopback (the shipped local inventory) stays on the machine.
         single_loopback = addr.is_loopback and len(nodes) == 1
         if network is not None and not single_loopback and addr not in network:
@@ -214,7 +240,13 @@ def inventory_problems(nodes: Sequence[InventoryNode], group: str = DEFAULT_GROU
                 f"gpufleet_cluster_cidr={show(network.with_prefixlen)} -> allowed: an address "
                 f"inside {network.with_prefixlen}, or a gpufleet_cluster_cidr that holds it"
             )
-    for addr, hosts in addresses.items():
+        elif network is not None and (why := addresses.host_problem(addr, network)):
+            out.append(
+                f"{n.name}: gpufleet_cluster_address={show(n.cluster_address)} {why} -> "
+                f"allowed: a host address inside {network.with_prefixlen} (not its network "
+                "or broadcast address)"
+            )
+    for addr, hosts in used.items():
         if len(hosts) > 1:
             out.append(
                 f"gpufleet_cluster_address={show(str(addr))} is used by {_names(hosts)}: every "
@@ -224,6 +256,12 @@ def inventory_problems(nodes: Sequence[InventoryNode], group: str = DEFAULT_GROU
     # Nodes without a cluster address are reached, and verified, at ansible_host.
     endpoints: dict[tuple[str, str], list[str]] = {}
     for n in nodes:
+        if _blank_ends(n.ansible_host) and _is_set(n.ansible_host):
+            out.append(
+                f"{n.name}: ansible_host={show(n.ansible_host)} has leading or trailing "
+                f"whitespace -> allowed: the host name or address as written, "
+                f"{str(n.ansible_host).strip()!r}"
+            )
         if _is_set(n.cluster_address) or not _is_set(n.ansible_host):
             continue
         ssh_port = str(n.ansible_port).strip() if _is_set(n.ansible_port) else ""
@@ -235,6 +273,36 @@ def inventory_problems(nodes: Sequence[InventoryNode], group: str = DEFAULT_GROU
                 f"{at} is used by {_names(hosts)}, which set no gpufleet_cluster_address: every "
                 "node needs its own address -> allowed: a distinct ansible_host per node, or a "
                 "gpufleet_cluster_address per node"
+            )
+    return out
+
+
+def _port_clashes(value: object, port: int, nodes: Sequence[InventoryNode]) -> list[str]:
+    """The rendezvous port against the ports of the nodes' services: privileged ports, the
+    well-known ports of the cluster's services, each node's SSH port (ansible_port) and the
+    probe's port (verify_probe_port, where the inventory sets it)."""
+    name = f"gpufleet_rdzv_port={show(value)}"
+    allowed = (
+        f"-> allowed: a port {known.PRIVILEGED_PORTS}-65535 that no service of the nodes uses "
+        "(torchrun's MASTER_PORT, default 29500)"
+    )
+    if port in known.SERVICE_PORTS:
+        return [f"{name} is the port of {known.SERVICE_PORTS[port]} {allowed}"]
+    if port < known.PRIVILEGED_PORTS:
+        return [
+            f"{name} is a privileged port (below {known.PRIVILEGED_PORTS}), where the nodes' "
+            f"system services listen {allowed}"
+        ]
+    out = []
+    for attr, var, what in (
+        ("ansible_port", "ansible_port", "the SSH port of"),
+        ("probe_port", "verify_probe_port", "verify's probe port (it listens at the same time) on"),
+    ):
+        hosts = [n.name for n in nodes if as_int(getattr(n, attr)) == port]
+        if hosts:
+            out.append(
+                f"{name} is {what} {_names(hosts)} ({var}={port}): ports must not clash "
+                f"{allowed}, and not {var}"
             )
     return out
 
@@ -262,6 +330,7 @@ def nodes_from_hostvars(
                 master=hv.get("gpufleet_master"),
                 cidr=hv.get("gpufleet_cluster_cidr"),
                 rdzv_port=hv.get("gpufleet_rdzv_port"),
+                probe_port=hv.get("verify_probe_port"),
             )
         )
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import configparser
 import json
+import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -553,3 +554,92 @@ def test_every_integer_of_every_argument_spec_has_a_range() -> None:
                 if documented not in text:
                     missing.append(f"{spec.parts[-3]}: {name} description lacks {documented!r}")
     assert not missing, missing
+
+
+# --------------------------------------------------------------------------- issue 29 item 3
+
+
+@pytest.mark.parametrize("sizes", ["999999G", "1M,65G", "70000M", "68719476737"])
+def test_an_allreduce_size_beyond_any_nodes_memory_is_refused(sizes: str) -> None:
+    (problem,) = boundary.input_problems({"verify_sizes": sizes}, "verify")
+    assert problem.startswith(f"verify_sizes={sizes!r} is refused")
+    assert "sizes of at most 64G each" in problem and "memory" in problem
+
+
+def test_the_largest_allreduce_size_passes() -> None:
+    assert boundary.input_problems({"verify_sizes": "4K,64G"}, "verify") == []
+    assert boundary.input_problems({"verify_sizes": "68719476736"}, "verify") == []
+
+
+@pytest.mark.parametrize(
+    "var", ["verify_probe_port", "cluster_network_rdzv_port", "gpufleet_rdzv_port"]
+)
+@pytest.mark.parametrize(
+    ("port", "words"),
+    [(22, "22 is the port of SSH"), (111, "rpcbind"), (7, "a privileged port"), (6817, "slurmctld"),
+     (443, "HTTPS"), (1, "a privileged port")],
+)  # fmt: skip
+def test_no_port_variable_takes_a_service_port(var: str, port: int, words: str) -> None:
+    role = "verify" if var != "cluster_network_rdzv_port" else "cluster_network"
+    (problem,) = boundary.input_problems({var: port}, role)
+    assert problem.startswith(f"{var}={port} is refused")
+    assert "a port 1024-65535 that no service of the nodes uses" in problem
+    assert words in problem, problem
+
+
+def test_the_rendezvous_and_probe_ports_must_differ() -> None:
+    values = {"gpufleet_rdzv_port": 29499, "verify_probe_port": "29499"}
+    (problem,) = boundary.input_problems(values, "verify", "n1")
+    assert problem.startswith("n1: gpufleet_rdzv_port=29499 is refused")
+    assert "other than verify_probe_port=29499" in problem
+    # the one the user set is named (the rendezvous port kept its default)
+    origins = {"gpufleet_rdzv_port": boundary.Origin()}
+    (problem,) = boundary.input_problems(values, "verify", "n1", origins)
+    assert problem.startswith("n1: verify_probe_port='29499' is refused")
+    assert boundary.input_problems({**values, "verify_probe_port": 29498}, "verify") == []
+
+
+@pytest.mark.parametrize(
+    ("address", "why"),
+    [("fe80::1%eth0", "has a zone"), ("fd00::1%1", "has a zone"), ("fe80::1", "link-local"),
+     ("ff02::1", "multicast"), ("0.0.0.0", "unspecified"), ("10.0.0.0", "network address"),
+     ("10.0.0.255", "broadcast address"), ("10.0.0.1/24", "not an IP address")],
+)  # fmt: skip
+def test_cluster_address_forms(address: str, why: str) -> None:
+    values = {"cluster_network_address": address, "cluster_network_cidr": "10.0.0.0/24"}
+    (problem,) = boundary.input_problems(values, "cluster_network")
+    assert problem.startswith(f"cluster_network_address={address!r} is refused"), problem
+    assert why in problem, problem
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [("cluster_network_master", "node1 "), ("torch_env_pip_index_url", " https://m/simple"),
+     ("verify_work_dir", "/var/lib/gpufleet/runs "), ("verify_slurm_partition", "gpu "),
+     ("torch_env_conda_channels", ["conda-forge "]), ("nvidia_driver_branch", "580 "),
+     ("cluster_network_nccl_extra_env", {"NCCL_DEBUG_SUBSYS": "INIT "})],
+)  # fmt: skip
+def test_blanks_around_a_value_are_refused(var: str, value: object) -> None:
+    role = next(r for r in boundary.ROLES if re.match(boundary.ROLE_VARS.get(r, f"^{r}_"), var))
+    (problem,) = boundary.input_problems({var: value}, role)
+    assert problem.startswith(var), problem
+
+
+def test_the_whitespace_hint_masks_credentials() -> None:
+    from gpufleet.inputs import rules
+
+    with pytest.raises(BoundaryError) as err:
+        rules.no_blank_ends("https://u:s3cr3t@m.example/simple ", "v")
+    assert "s3cr3t" not in str(err.value)
+    assert "did you mean 'https://***@m.example/simple'" in str(err.value)
+
+
+def test_every_rule_names_a_known_kind_and_role() -> None:
+    for var, rule in boundary.VALUE_RULES.items():
+        assert rule.kind in boundary.KINDS, var
+        assert rule.keys is None or rule.keys.kind in boundary.KINDS, var
+        assert any(boundary.role_rules(r) and var in dict(boundary.role_rules(r))
+                   for r in boundary.ROLES), f"{var} belongs to no role"  # fmt: skip
+    for relation in boundary.RELATIONS:
+        assert relation.kind in boundary.RELATION_KINDS
+        assert any(relation in boundary.role_relations(r) for r in boundary.ROLES), relation

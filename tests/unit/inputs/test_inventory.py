@@ -197,3 +197,90 @@ def test_nodes_from_hostvars() -> None:
 )
 def test_as_int(value: object, expected: int | None) -> None:
     assert as_int(value) == expected
+
+
+# --------------------------------------------------------------------------- issue 29 item 3
+
+
+@pytest.mark.parametrize(
+    ("port", "words"),
+    [
+        (22, ["is the port of SSH"]),
+        (443, ["is the port of HTTPS"]),
+        (6818, ["is the port of slurmd"]),
+        (80, ["is the port of HTTP"]),
+        (1023, ["is a privileged port (below 1024)"]),
+        (7, ["is a privileged port"]),
+    ],
+)
+def test_the_rendezvous_port_is_no_service_port(port: int, words: list[str]) -> None:
+    (msg,) = inventory_problems([node("a", "10.0.0.1", rdzv_port=port)])
+    assert msg.startswith(f"gpufleet_rdzv_port={port} ")
+    assert "a port 1024-65535 that no service of the nodes uses" in msg
+    for word in words:
+        assert word in msg, msg
+
+
+@pytest.mark.parametrize(
+    ("attr", "var"), [("ansible_port", "ansible_port"), ("probe_port", "verify_probe_port")]
+)
+def test_the_rendezvous_port_clashes_with_no_other_port(attr: str, var: str) -> None:
+    nodes = [node("a", "10.0.0.1", rdzv_port=2222, **{attr: "2222"}), node("b", "10.0.0.2")]
+    (msg,) = inventory_problems(nodes)
+    assert msg.startswith("gpufleet_rdzv_port=2222 is ")
+    assert f"on a ({var}=2222)" in msg or f"of a ({var}=2222)" in msg
+    assert "ports must not clash" in msg
+
+
+@pytest.mark.parametrize(
+    ("address", "cidr", "why"),
+    [
+        ("fe80::1%eth0", "fe80::/64", "has a zone (%interface)"),
+        ("10.0.0.1%eth0", CIDR, "has a zone"),
+        ("fd00::5%2", "fd00::/64", "has a zone"),
+        ("fe80::1", "fe80::/64", "IPv6 link-local"),
+        ("224.0.0.1", CIDR, "multicast"),
+        ("0.0.0.0", CIDR, "unspecified"),
+        ("::", "fd00::/64", "unspecified"),
+        (" 10.0.0.1", CIDR, "leading or trailing whitespace"),
+        ("10.0.0.0", CIDR, "is the network address of 10.0.0.0/24"),
+        ("10.0.0.255", CIDR, "is the broadcast address of 10.0.0.0/24"),
+        ("10.0.3.255", "10.0.0.0/22", "is the broadcast address of 10.0.0.0/22"),
+        ("fd00::", "fd00::/64", "is the network address of fd00::/64"),
+    ],
+)
+def test_address_forms_no_node_can_use(address: str, cidr: str, why: str) -> None:
+    problems = inventory_problems([node("a", address, cidr=cidr)])
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"a: gpufleet_cluster_address={address!r} ")
+    assert why in problems[0], problems[0]
+
+
+@pytest.mark.parametrize(
+    ("address", "cidr"), [("10.0.0.0", "10.0.0.0/31"), ("10.0.0.1", "10.0.0.0/31"),
+                          ("10.0.0.7", "10.0.0.7/32"), ("10.0.0.254", CIDR)],
+)  # fmt: skip
+def test_point_to_point_networks_have_no_network_or_broadcast_address(
+    address: str, cidr: str
+) -> None:
+    assert inventory_problems([node("a", address, cidr=cidr)]) == []
+
+
+def test_a_cidr_with_a_zone_or_blanks_is_refused() -> None:
+    (msg,) = inventory_problems([node("a", "fd00::1", cidr="fd00::%eth0/64")])
+    assert msg.startswith("gpufleet_cluster_cidr='fd00::%eth0/64' has a zone")
+    (msg,) = inventory_problems([node("a", "10.0.0.1", cidr="10.0.0.0/24 ")])
+    assert msg.startswith("gpufleet_cluster_cidr='10.0.0.0/24 ' has leading or trailing")
+
+
+@pytest.mark.parametrize("master", ["a ", " a", "a\t", "\u00a0a"])
+def test_a_master_name_with_blanks_is_refused(master: str) -> None:
+    nodes = [node("a", "10.0.0.1", master=master), node("b", "10.0.0.2", master=master)]
+    (msg,) = inventory_problems(nodes)
+    assert msg.startswith(f"gpufleet_master={master!r} has leading or trailing whitespace")
+    assert "'a'" in msg
+
+
+def test_an_ansible_host_with_blanks_is_refused() -> None:
+    (msg,) = inventory_problems([node("a", None, ansible_host="h1 ")])
+    assert msg.startswith("a: ansible_host='h1 ' has leading or trailing whitespace")

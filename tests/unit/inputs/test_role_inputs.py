@@ -6,12 +6,14 @@ tests/integration/test_bad_input.py: 110+ bad inputs, each refused before any ch
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 import yaml
 
 from gpufleet.inputs import role_inputs as inputcheck
+from gpufleet.inputs.boundary import Origin
 from roles_driver_helpers import install_collection_finder
 
 install_collection_finder()
@@ -135,8 +137,8 @@ DEFAULTS = {
 }
 
 
-def origins(given: dict[str, object], values: dict[str, object]) -> dict[str, object]:
-    return inputcheck.origins_of(DEFAULTS, given, sorted(values), lambda n: values.get(n))
+def origins(given: Mapping[str, object], values: Mapping[str, object]) -> dict[str, Origin]:
+    return inputcheck.origins_of(DEFAULTS, given, sorted(values), values.get)
 
 
 def test_origins_come_from_the_role_defaults() -> None:
@@ -144,13 +146,13 @@ def test_origins_come_from_the_role_defaults() -> None:
               "verify_probe_port": 29499, "gpufleet_state_dir": "/tmp",
               "torch_env_python_version": "3.11"}  # fmt: skip
     found = origins({"gpufleet_cluster_cidr": "0.0.0.0/0", "gpufleet_state_dir": "/tmp"}, values)
-    assert found["cluster_network_cidr"] == inputcheck.Origin(
+    assert found["cluster_network_cidr"] == Origin(
         (("gpufleet_cluster_cidr", "0.0.0.0/0"),), exact=True
     )
-    assert found["verify_work_dir"] == inputcheck.Origin((("gpufleet_state_dir", "/tmp"),))
-    assert found["verify_probe_port"] == inputcheck.Origin()  # a plain default
+    assert found["verify_work_dir"] == Origin((("gpufleet_state_dir", "/tmp"),))
+    assert found["verify_probe_port"] == Origin()  # a plain default
     # gpufleet_plan is a fact, not a shared variable of the defaults
-    assert found["torch_env_python_version"] == inputcheck.Origin()
+    assert found["torch_env_python_version"] == Origin()
     assert "gpufleet_state_dir" not in found  # not a role default here, set by the user
 
 
@@ -184,7 +186,7 @@ def test_a_refusal_names_the_shared_variable_that_fed_the_role_variable() -> Non
 def test_a_derived_default_names_the_shared_variable_and_the_value_it_gave() -> None:
     values = {"verify_work_dir": "/tmp/runs"}
     fed = inputcheck.origins_of(
-        DEFAULTS, {}, ["verify_work_dir"], lambda n: {"gpufleet_state_dir": "/tmp"}.get(n)
+        DEFAULTS, {}, ["verify_work_dir"], {"gpufleet_state_dir": "/tmp"}.get
     )
     (problem,) = inputcheck.value_problems("verify", values, "n1", GROUPS, fed)
     assert problem.startswith(
