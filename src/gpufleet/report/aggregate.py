@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import GpufleetError, RefusedError
-from gpufleet.report import junit, training
+from gpufleet.report import junit, slownodes, training
 from gpufleet.report.localise import analyse_bisection
 from gpufleet.report.logs import (
     junit_records,
@@ -163,6 +163,8 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
         run_id=str(info.get("run_id", run.name)), run_dir=run, run_info=info, nodes=nodes
     )
     analyse_bisection(summary)
+    for rec in slownodes.find(summary):
+        nodes[rec.node].records.append(rec)
     unavailable = slurm_unavailable(summary)
     if summary.suspects:
         summary.suspect_reason = summary.bisect_reason
@@ -244,6 +246,9 @@ def to_json(s: Summary) -> dict[str, Any]:
         "suspect_reason": s.suspect_reason,
         "launcher": str(s.run_info.get("launcher") or "ssh"),
         "junit": junit.FILE,  # relative to the run folder
+        "slow_nodes": s.slow_nodes,
+        "slow_reason": s.slow_reason,
+        "pairs": s.pairs,
         "slurm_jobs": slurm_jobs(s),
         **training_sections(s),
     }

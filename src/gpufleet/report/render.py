@@ -78,6 +78,37 @@ def plot_bandwidth(s: Summary, path: Path) -> Path:
     return path
 
 
+def plot_pairs(s: Summary, path: Path) -> Path | None:
+    """pairs.png: the pair sweep's busbw as a nodes x nodes heatmap (None: no sweep)."""
+    if not s.pairs:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = s.pairs["rows"]
+    names = sorted({str(r[k]) for r in rows for k in ("a", "b")})
+    at = {n: i for i, n in enumerate(names)}
+    grid = np.full((len(names), len(names)), np.nan)
+    for r in rows:
+        i, j = at[str(r["a"])], at[str(r["b"])]
+        grid[i, j] = grid[j, i] = float(r["busbw"])
+    side = min(12.0, 3 + 0.25 * len(names))
+    fig, ax = plt.subplots(figsize=(side, side), dpi=100)
+    im = ax.imshow(grid, cmap="viridis", interpolation="nearest")
+    fig.colorbar(im, ax=ax, label="busbw GB/s (10^9)")
+    if len(names) <= 64:
+        ax.set_xticks(range(len(names)), names, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(names)), names, fontsize=6)
+    ax.set_title(f"pair all-reduce busbw, run {s.run_id}")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def table(s: Summary) -> str:
     """Plain-text table for the terminal."""
     lines = [f"gpufleet verify run {s.run_id}: {s.status.upper()}  ({s.run_dir})", ""]
@@ -107,6 +138,11 @@ def table(s: Summary) -> str:
                 f"{b.time_us:>11.1f} {b.algbw:>9.3f} {b.busbw:>9.3f} {b.wrong:>6}"
             )
     lines += training.training_lines(training_sections(s)["training"])
+    for f in s.slow_nodes:
+        lines.append(
+            f"SLOW ({f['verdict']}) {f['node']}: {f['figure']} {f['value']} = {f['ratio']} x "
+            f"the fleet median {f['median']}"
+        )
     fails = s.failures()
     if fails:
         lines += ["", "FAILURES:"]
@@ -134,6 +170,7 @@ def write_report(run_dir: str | os.PathLike[str], *, plot: bool = True) -> Summa
     junit.write(s, s.run_dir / junit.FILE)
     if plot:
         plot_bandwidth(s, s.run_dir / "bandwidth.png")
+        plot_pairs(s, s.run_dir / "pairs.png")
     return s
 
 

@@ -1,0 +1,202 @@
+"""Slow nodes: each node's figures against the fleet median (issue 30 item 4, report side).
+
+A node that works but is slow (a throttled GPU, a PCIe link trained down, a bad NIC) passes
+every check and drags every collective it joins. The figures compared, per node:
+
+- ``local_busbw``: the node's own all-reduce busbw (smoke.json rows, all ranks on that
+  node) at the largest size every node measured; the median of repeated rows of a size;
+- ``train_samples_per_s``: the sum of its ranks' samples/s in the cluster training step
+  (train.json ``meta.ranks``, matched by host name);
+- ``pair_busbw``: from a pair sweep (``pairs.json``, a ResultFile of kind ``pairs`` on the
+  first node, ``meta.pairs``: ``[{a, b, size_bytes, busbw}]``, pairs from
+  gpufleet.report.pairs): the median busbw of the node's pairs, and the node is slow there
+  only when every pair it is in is slow (one slow link slows one pair, a slow node all).
+
+A figure is slow below ``ratio x the fleet median``: RATIO["cpu"] = 0.33 for CPU/gloo runs
+(on two shared cores healthy nodes' local busbw differed 3x), RATIO["gpu"] = 0.8 for
+GPU/NCCL runs, whose figures are stable. No comparison runs with fewer than MIN_NODES nodes
+having the figure. The evidence is in two groups, local (``local_busbw``) and cross-node
+(``pair_busbw``, ``train_samples_per_s``); a node is named only when every group that has
+a figure for it calls it slow (noise in one measurement names nobody). A named node is a
+warning (the run still passes) unless a figure is also under its floor (the threshold the
+suite recorded for it), which fails.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.report.model import Summary
+from gpufleet.results import Record, ResultFile
+
+RATIO = {"cpu": 0.33, "gpu": 0.8}
+MIN_NODES = 3
+LOCAL = ("local_busbw",)
+CROSS = ("pair_busbw", "train_samples_per_s")
+UNITS = {"local_busbw": "GB/s", "pair_busbw": "GB/s", "train_samples_per_s": "samples/s"}
+REMEDY = (
+    "compare this node with a healthy one: nvidia-smi -q -d PERFORMANCE,CLOCK (throttle "
+    "reasons), nvidia-smi topo -m and the PCIe link (checks pcie_link), the NIC's rate "
+    "(ibstat); rerun make verify after fixing it"
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    node: str
+    figure: str
+    value: float
+    floor: float | None = None
+    all_pairs_slow: bool | None = None  # pair_busbw only
+
+
+def local_busbw(files: Iterable[tuple[str, ResultFile]]) -> list[Figure]:
+    """Each node's smoke busbw at the largest size all nodes measured (median of repeats)."""
+    per: dict[str, dict[int, list[float]]] = {}
+    floors: dict[str, float] = {}
+    for node, f in files:
+        if f.kind != "smoke" or not f.bandwidth:
+            continue
+        for row in f.bandwidth:
+            per.setdefault(node, {}).setdefault(row.size_bytes, []).append(row.busbw)
+        for r in f.records:
+            if r.name.startswith("test_allreduce") and isinstance(r.threshold, int | float):
+                floors[node] = float(r.threshold)
+    if not per:
+        return []
+    common = set.intersection(*(set(sizes) for sizes in per.values()))
+    if not common:
+        return []
+    size = max(common)
+    return [
+        Figure(n, "local_busbw", statistics.median(sizes[size]), floors.get(n))
+        for n, sizes in sorted(per.items())
+    ]
+
+
+def train_rates(files: Iterable[tuple[str, ResultFile]], nodes: set[str]) -> list[Figure]:
+    """Each node's summed samples/s of the cluster training (ranks matched by host)."""
+    for _, f in files:
+        if f.kind != "train":
+            continue
+        total: dict[str, float] = {}
+        for r in f.meta.get("ranks", []):
+            host, rate = str(r.get("host")), r.get("samples_per_s")
+            if host in nodes and isinstance(rate, int | float):
+                total[host] = total.get(host, 0.0) + float(rate)
+        return [Figure(n, "train_samples_per_s", v) for n, v in sorted(total.items())]
+    return []
+
+
+def pair_rows(files: Iterable[tuple[str, ResultFile]]) -> list[dict[str, Any]]:
+    """The pair-sweep rows {a, b, size_bytes, busbw} at the largest size swept."""
+    rows = [
+        r
+        for _, f in files
+        if f.kind == "pairs"
+        for r in f.meta.get("pairs", [])
+        if isinstance(r, dict) and isinstance(r.get("busbw"), int | float)
+    ]
+    if not rows:
+        return []
+    size = max(int(r.get("size_bytes") or 0) for r in rows)
+    return [r for r in rows if int(r.get("size_bytes") or 0) == size]
+
+
+def pair_figures(rows: list[dict[str, Any]], ratio: float) -> list[Figure]:
+    if not rows:
+        return []
+    median = statistics.median(float(r["busbw"]) for r in rows)
+    mine: dict[str, list[float]] = {}
+    for r in rows:
+        for n in (str(r["a"]), str(r["b"])):
+            mine.setdefault(n, []).append(float(r["busbw"]))
+    return [
+        Figure(n, "pair_busbw", statistics.median(v), None, all(x < ratio * median for x in v))
+        for n, v in sorted(mine.items())
+    ]
+
+
+def find(s: Summary) -> list[Record]:
+    """Fill ``s.slow_nodes``, ``s.slow_reason`` and ``s.pairs``; the records to add: one per
+    compared node (pass, or warn/fail for a named one), kind "slow-nodes"."""
+    files = [(n, f) for n, nr in sorted(s.nodes.items()) for f in nr.files]
+    modes = {f.mode for _, f in files if f.kind in ("smoke", "allreduce", "pairs", "train")}
+    mode = "gpu" if modes == {"gpu"} else "cpu"
+    ratio = RATIO[mode]
+    rows = pair_rows(files)
+    if rows:
+        s.pairs = {"rows": rows, "ratio": ratio}
+    figures = [*local_busbw(files), *train_rates(files, set(s.nodes)), *pair_figures(rows, ratio)]
+    figures = [f for f in figures if f.node in s.nodes]  # a pair row may name a stranger
+    by_figure: dict[str, list[Figure]] = {}
+    for fig in figures:
+        by_figure.setdefault(fig.figure, []).append(fig)
+    compared = {k: v for k, v in by_figure.items() if len(v) >= MIN_NODES}
+    if not compared:
+        s.slow_reason = (
+            f"no figure measured on {MIN_NODES} or more nodes (local busbw, training "
+            "samples/s, pair sweep): no comparison"
+        )
+        return []
+    medians = {k: statistics.median(f.value for f in v) for k, v in compared.items()}
+    verdicts: dict[str, dict[str, tuple[Figure, bool]]] = {}
+    for k, figs in compared.items():
+        for fig in figs:
+            slow = (
+                bool(fig.all_pairs_slow)
+                if fig.all_pairs_slow is not None
+                else (fig.value < ratio * medians[k])
+            )
+            verdicts.setdefault(fig.node, {})[k] = (fig, slow)
+    s.slow_reason = (
+        f"{len(verdicts)} nodes compared with the fleet median ({', '.join(sorted(compared))}); "
+        f"slow below {ratio} x median ({mode} mode)"
+    )
+    out: list[Record] = []
+    for node, mine in sorted(verdicts.items()):
+        groups = [[mine[k] for k in g if k in mine] for g in (LOCAL, CROSS)]
+        groups = [g for g in groups if g]
+        named = all(any(slow for _, slow in g) for g in groups)
+        evidence = [fig for g in groups for fig, slow in g if slow] if named else []
+        if not evidence:
+            out.append(_record(node, "pass", "no figure below the fleet median's ratio", []))
+            continue
+        failed = any(f.floor is not None and f.value < f.floor for f in evidence)
+        verdict = "fail" if failed else "warn"
+        found = []
+        for fig in evidence:
+            med = medians[fig.figure]
+            entry: dict[str, Any] = {
+                "node": node,
+                "figure": fig.figure,
+                "value": round(fig.value, 4),
+                "median": round(med, 4),
+                "ratio": round(fig.value / med, 3) if med else None,
+                "verdict": verdict,
+                "remedy": REMEDY,
+            }
+            s.slow_nodes.append(entry)
+            found.append(entry)
+        text = "; ".join(
+            f"{e['figure']} {e['value']} {UNITS[e['figure']]} = {e['ratio']} x the median "
+            f"{e['median']}"
+            for e in found
+        )
+        out.append(_record(node, verdict, f"{node} is slow: {text}", found))
+    return out
+
+
+def _record(node: str, status: str, message: str, found: list[dict[str, Any]]) -> Record:
+    return Record(
+        name="slow-nodes:compare",
+        status="fail" if status == "fail" else "warn" if status == "warn" else "pass",
+        node=node,
+        value=found[0]["ratio"] if found else None,
+        threshold=None,
+        message=message,
+        remedy=REMEDY if found else "",
+    )
