@@ -26,7 +26,7 @@ from typing import Any, cast
 import pytest
 
 import gpufleet
-from gpufleet import argtypes
+from gpufleet.commands.cmd_health import add_node_options, add_suite_options
 from gpufleet.node import facts as nodefacts
 from gpufleet.node import health, xid
 from gpufleet.node import nvswitch as fabric
@@ -52,81 +52,16 @@ TRUTHY = {"1", "true", "yes", "on"}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """The options gpufleet health shares (gpufleet.commands.cmd_health), plus the suite's own."""
     g = parser.getgroup("gpufleet", "gpufleet node checks")
     g.addoption(
         "--gpufleet-manifest",
         metavar="PATH",
         help=f"node manifest (default: {DEFAULT_MANIFEST} if present)",
     )
-    g.addoption(
-        "--require-gpu",
-        dest="gpufleet_require_gpu",
-        action="store_true",
-        default=None,
-        help="fail (not skip) GPU checks without a driver; default: manifest require_gpu, "
-        "else env GPUFLEET_REQUIRE_GPU, else false",
-    )
-    g.addoption("--no-require-gpu", dest="gpufleet_require_gpu", action="store_false")
-    g.addoption(
-        "--expected-gpus",
-        type=argtypes.int_range(0, 64),
-        metavar="N",
-        help="GPUs this node must have",
-    )
     g.addoption("--gpufleet-json", metavar="PATH", help="write the JSON result envelope here")
-    g.addoption("--nvml-recording", metavar="PATH", help="replay a recording instead of real NVML")
-    g.addoption(
-        "--node",
-        type=argtypes.text,
-        metavar="NAME",
-        help="node name in the records (default: hostname)",
-    )
-    g.addoption(
-        "--xid-window-hours",
-        type=argtypes.hours,
-        default=xid.DEFAULT_WINDOW_HOURS,
-        metavar="H",
-        help="look for Xids in the last H hours (default %(default)s)",
-    )
-    g.addoption("--kernel-log", metavar="PATH", help="read Xid lines from a file")
-    g.addoption(
-        "--min-driver",
-        type=argtypes.driver_version,
-        metavar="VER",
-        help="driver floor (default: plan min_driver)",
-    )
-    g.addoption(
-        "--expect-cuda",
-        type=argtypes.dotted_version("X.Y"),
-        metavar="X.Y",
-        help="torch.version.cuda (default: plan cuda)",
-    )
-    g.addoption(
-        "--expect-nccl",
-        type=argtypes.dotted_version("X.Y.Z"),
-        metavar="X.Y.Z",
-        help="torch NCCL (default: plan nccl)",
-    )
-    g.addoption(
-        "--expect-toolkit",
-        type=argtypes.dotted_version("X.Y"),
-        metavar="X.Y",
-        help="nvcc release (default: plan toolkit)",
-    )
-    g.addoption(
-        "--wheel-variant",
-        type=argtypes.wheel_variant,
-        metavar="V",
-        help="installed wheel variant, cuXXX or cpu (default: manifest env_wheel_variant)",
-    )
-    g.addoption("--ib-ports", metavar="HCA:PORT,...", help="ports ib_ports expects (default: IB)")
-    g.addoption("--ib-min-rate", type=float, metavar="GBPS", help="least IB port rate (Gb/s)")
-    g.addoption("--ib-link-layer", metavar="L", help="InfiniBand or Ethernet (RoCE)")
-    g.addoption(
-        "--no-pcie-load",
-        action="store_true",
-        help="do not load an idle GPU with torch to re-check a downshifted PCIe link",
-    )
+    add_node_options(g.addoption)
+    add_suite_options(g.addoption)
 
 
 # ------------------------------------------------------------------------------- context
@@ -342,7 +277,7 @@ def _build_ctx(config: pytest.Config) -> Ctx:
     if manifest_path is not None:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
 
-    opt = config.getoption("gpufleet_require_gpu")
+    opt = config.getoption("require_gpu")
     if opt is not None:
         require, source = bool(opt), "option"
     elif manifest.get("require_gpu") is not None:

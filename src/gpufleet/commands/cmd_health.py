@@ -35,6 +35,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,21 +62,74 @@ EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INCOMPLETE = 0, 1, 2, 3
 DEFAULT_VALID_HOURS = 24.0
 
 
+# The node checks' command-line options, declared once for gpufleet health (argparse) and the
+# checks suite (pytest_addoption in checks/conftest.py). Both take an ``add`` callable with
+# argparse's add_argument signature: parser.add_argument itself, or a pytest option group's
+# addoption (pytest hands the keywords on to argparse).
+AddOption = Callable[..., Any]
+
+
+def add_node_options(add: AddOption) -> None:
+    """Options of every node check front end: the NVML source, GPU expectations, Xid window,
+    node name. Destinations: nvml_recording, require_gpu, expected_gpus, xid_window_hours,
+    node."""
+    add("--nvml-recording", type=argtypes.text, metavar="PATH",
+        help="replay a recording instead of the real NVML")  # fmt: skip
+    add(
+        "--require-gpu",
+        dest="require_gpu",
+        action="store_true",
+        default=None,
+        help="fail (not skip) GPU checks without a driver; default: manifest require_gpu, "
+        "else env GPUFLEET_REQUIRE_GPU, else false",
+    )
+    add("--no-require-gpu", dest="require_gpu", action="store_false",
+        help="skip GPU checks without a driver")  # fmt: skip
+    add("--expected-gpus", type=argtypes.int_range(0, 64), metavar="N",
+        help="GPUs this node must have (default: manifest gpus_expected, else all)")  # fmt: skip
+    add(
+        "--xid-window-hours",
+        type=argtypes.hours,
+        default=xid.DEFAULT_WINDOW_HOURS,
+        metavar="H",
+        help="look for Xids in the last H hours (default %(default)s)",
+    )
+    add("--node", type=argtypes.text, metavar="NAME",
+        help="node name in the records (default: manifest node, else hostname)")  # fmt: skip
+
+
+def add_suite_options(add: AddOption) -> None:
+    """Options only the checks suite reads (docs/checks.md)."""
+    add("--kernel-log", metavar="PATH", help="read Xid lines from a file")
+    add("--min-driver", type=argtypes.driver_version, metavar="VER",
+        help="driver floor (default: plan min_driver)")  # fmt: skip
+    add("--expect-cuda", type=argtypes.dotted_version("X.Y"), metavar="X.Y",
+        help="torch.version.cuda (default: plan cuda)")  # fmt: skip
+    add("--expect-nccl", type=argtypes.dotted_version("X.Y.Z"), metavar="X.Y.Z",
+        help="torch NCCL (default: plan nccl)")  # fmt: skip
+    add("--expect-toolkit", type=argtypes.dotted_version("X.Y"), metavar="X.Y",
+        help="nvcc release (default: plan toolkit)")  # fmt: skip
+    add(
+        "--wheel-variant",
+        type=argtypes.wheel_variant,
+        metavar="V",
+        help="installed wheel variant, cuXXX or cpu (default: manifest env_wheel_variant)",
+    )
+    add("--ib-ports", metavar="HCA:PORT,...", help="ports ib_ports expects (default: IB)")
+    add("--ib-min-rate", type=float, metavar="GBPS", help="least IB port rate (Gb/s)")
+    add("--ib-link-layer", metavar="L", help="InfiniBand or Ethernet (RoCE)")
+    add("--no-pcie-load", action="store_true",
+        help="do not load an idle GPU with torch to re-check a downshifted PCIe link")  # fmt: skip
+
+
 def register(sub: Any) -> None:
     p = add_command(
         sub, "health", "fast node checks for a scheduler (drain/resume in Slurm)", __doc__
     )
     p.add_argument("--manifest", type=argtypes.text, default=str(nodehealth.DEFAULT_MANIFEST))
-    p.add_argument("--nvml-recording", type=argtypes.text, default=None, help="replay a recording")
-    p.add_argument("--require-gpu", dest="require_gpu", action="store_true", default=None)
-    p.add_argument("--no-require-gpu", dest="require_gpu", action="store_false")
-    p.add_argument("--expected-gpus", type=argtypes.int_range(0, 64), default=None)
-    p.add_argument(
-        "--xid-window-hours", type=argtypes.hours, default=xid.DEFAULT_WINDOW_HOURS, metavar="H"
-    )
+    add_node_options(p.add_argument)
     p.add_argument("--timeout", type=argtypes.timeout_s, default=60.0, help="seconds (default 60)")
     p.add_argument("--output", type=argtypes.text, default=None, help="result file (kind health)")
-    p.add_argument("--node", type=argtypes.text, default=None, help="node name in the records")
     p.add_argument("--slurm", action="store_true", help="drain / resume this node in Slurm")
     p.add_argument(
         "--slurm-node",

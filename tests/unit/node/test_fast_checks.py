@@ -265,3 +265,21 @@ def test_an_earlier_verdict_reads_as_incomplete_once_stale(tmp_path: Path) -> No
     assert 'gpufleet_check_state{check="gpu_count",state="incomplete"} 1' in prom.read_text()
     refused = health(["--read-output", str(out), "--slurm"], env)
     assert refused.returncode == 2 and "--read-output" in refused.stderr
+
+
+def test_health_and_the_checks_suite_declare_the_shared_options_once() -> None:
+    """The flags both front ends take come from one function, so they parse alike."""
+    import argparse
+
+    from gpufleet.commands import cmd_health as cmd
+
+    parser = argparse.ArgumentParser()
+    cmd.add_node_options(parser.add_argument)
+    args = parser.parse_args(["--no-require-gpu", "--expected-gpus", "4", "--node", "n1"])
+    assert (args.require_gpu, args.expected_gpus, args.node) == (False, 4, "n1")
+    assert args.xid_window_hours == 2.0 and args.nvml_recording is None
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--expected-gpus", "65"])
+    conftest = (REPO / "checks" / "conftest.py").read_text()
+    assert "add_node_options(g.addoption)" in conftest
+    assert '"--expected-gpus"' not in conftest  # not re-declared by hand
