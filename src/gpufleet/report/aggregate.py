@@ -217,6 +217,12 @@ def expand_hostlist(text: str) -> list[str]:
     return [n for n in out if n]
 
 
+def record_dict(r: Record) -> dict[str, Any]:
+    """``r.to_dict()`` without dataclasses.asdict's deep copy (the report only reads it):
+    asdict was a third of the report's time at 1000 nodes (tests/bench/bench_report.py)."""
+    return dict(vars(r))
+
+
 def to_json(s: Summary) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
@@ -230,11 +236,11 @@ def to_json(s: Summary) -> dict[str, Any]:
             n: {
                 "mode": sorted({f.mode for f in nr.files if f.mode in ("gpu", "cpu")}),
                 "files": [f.kind for f in nr.files],
-                "records": [{"kind": k, **r.to_dict()} for k, r in nr.all_records()],
+                "records": [{"kind": k, **record_dict(r)} for k, r in nr.all_records()],
             }
             for n, nr in sorted(s.nodes.items())
         },
-        "failures": [{"node": n, "kind": k, **r.to_dict()} for n, k, r in s.failures()],
+        "failures": [{"node": n, "kind": k, **record_dict(r)} for n, k, r in s.failures()],
         "bandwidth": [{"source": k, "node": n, **b.to_dict()} for k, n, b in s.bandwidth()],
         "busbw_factors": {
             str(w): round(busbw_factor(w), 6)

@@ -151,6 +151,7 @@ def to_element(s: Summary, generated: str | None = None) -> ET.Element:
     """The ``<testsuites>`` element of a run (``generated``: the default timestamp)."""
     now = generated or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     root = ET.Element("testsuites")
+    status = s.status  # one pass over every record, not one per suite
     for i, suite in enumerate(suites(s)):
         c = suite.counts()
         el = ET.SubElement(
@@ -169,7 +170,7 @@ def to_element(s: Summary, generated: str | None = None) -> ET.Element:
         )
         props = ET.SubElement(el, "properties")
         ET.SubElement(props, "property", name="run_id", value=xml_text(s.run_id))
-        ET.SubElement(props, "property", name="run_status", value=s.status)
+        ET.SubElement(props, "property", name="run_status", value=status)
         for node, kind, r in suite.cases:
             _case(el, suite, node, kind, r)
         warns = [
@@ -191,7 +192,11 @@ def render(s: Summary, generated: str | None = None) -> bytes:
 
 def write(s: Summary, path: Path) -> Path:
     """Write the run's junit.xml atomically (a CI reader never sees half a file)."""
-    data = render(s)
+    return write_bytes_atomic(path, render(s))
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` (mode 0644) so that a reader never sees half of it."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         os.fchmod(fd, 0o644)

@@ -14,6 +14,10 @@ from gpufleet.results import STATUSES, BandwidthRow, Record, ResultFile
 PASSING = ("pass", "warn", "skip")
 
 
+def _file_records(nr: NodeResult) -> list[Record]:
+    return [r for f in nr.files for r in f.records]
+
+
 @dataclass
 class NodeResult:
     node: str
@@ -65,9 +69,10 @@ class Summary:
     @property
     def status(self) -> str:
         """fail (any failure), else incomplete (any record that did not finish), else pass."""
-        if self.failures():
+        seen = {r.status for nr in self.nodes.values() for r in (*nr.records, *_file_records(nr))}
+        if "fail" in seen:
             return "fail"
-        return "incomplete" if self.unfinished() else "pass"
+        return "incomplete" if seen - set(PASSING) else "pass"
 
     @property
     def exit_code(self) -> int:

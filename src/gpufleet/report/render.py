@@ -5,20 +5,22 @@ and writing the report files of a run."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from gpufleet.report import junit, training
 from gpufleet.report.aggregate import collect, to_json, training_sections
 from gpufleet.report.model import Summary
 from gpufleet.results import BandwidthRow
-from gpufleet.results import write_json_atomic as _write_json
 from gpufleet.units import human_size
 
 SUMMARY_FILES = ("summary.json", "summary.md", "bandwidth.png", "junit.xml")
 
 
-def render_markdown(s: Summary) -> str:
+def render_markdown(s: Summary, data: dict[str, Any] | None = None) -> str:
+    """summary.md; ``data``: ``to_json(s)`` when already built (it is not rebuilt)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined
 
     env = Environment(
@@ -29,7 +31,7 @@ def render_markdown(s: Summary) -> str:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    return env.get_template("summary.md.j2").render(s=to_json(s))
+    return env.get_template("summary.md.j2").render(s=to_json(s) if data is None else data)
 
 
 def plot_bandwidth(s: Summary, path: Path) -> Path:
@@ -164,9 +166,12 @@ def table(s: Summary) -> str:
 
 def write_report(run_dir: str | os.PathLike[str], *, plot: bool = True) -> Summary:
     s = collect(run_dir)
-    _write_json(s.run_dir / "summary.json", to_json(s))
-    (s.run_dir / "summary.json").chmod(0o644)
-    (s.run_dir / "summary.md").write_text(render_markdown(s), encoding="utf-8")
+    data = to_json(s)
+    # one line: json's C encoder, where indent=2 takes the pure-Python one (half of the
+    # report's time at 200 nodes, tests/bench/bench_report.py); `jq .` pretty-prints it
+    text = json.dumps(data, default=str) + "\n"
+    junit.write_bytes_atomic(s.run_dir / "summary.json", text.encode("utf-8"))
+    (s.run_dir / "summary.md").write_text(render_markdown(s, data), encoding="utf-8")
     junit.write(s, s.run_dir / junit.FILE)
     if plot:
         plot_bandwidth(s, s.run_dir / "bandwidth.png")
