@@ -6,37 +6,25 @@ needs the internet, which tests do not use."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from torch_env_workspace import BASE_PYTHON, LOCAL_INDEX, TORCH_WHEELS, workspace_dir
 
 from roles_env_helpers import PLAN, REPO, output, recap, run_roles
 
 pytestmark = [pytest.mark.slow, pytest.mark.ansible]
 
 INSTALLER = REPO / "tests" / "fixtures" / "fake_miniforge" / "installer.sh"
-TORCH_WHEELS = Path(os.environ.get("GPUFLEET_TEST_WHEELS", "/opt/wheels"))
-LOCAL_INDEX = os.environ.get("GPUFLEET_TEST_INDEX", "file:///opt/pypi/simple")
-BASE_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
 
 
 @pytest.fixture(scope="module")
 def workspace() -> Iterator[Path]:
-    if not any(TORCH_WHEELS.glob("torch-2.13.0+cpu-*.whl")) or not BASE_PYTHON.exists():
-        pytest.skip(f"needs torch-2.13.0+cpu in {TORCH_WHEELS} and {BASE_PYTHON}")
-    if os.geteuid() != 0:
-        pytest.skip("runs the role as root")
-    path = Path(tempfile.mkdtemp(prefix="gpufleet-conda-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    yield from workspace_dir("gpufleet-conda-", "runs the role as root")
 
 
 def conda_vars(workspace: Path, **over: Any) -> dict[str, Any]:

@@ -6,23 +6,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from torch_env_workspace import BASE_PYTHON, LOCAL_INDEX, TORCH_WHEELS, workspace_dir
 
 from roles_env_helpers import BIN, PLAN, REPO, output, recap, run_roles
 
 pytestmark = [pytest.mark.slow, pytest.mark.ansible]
 
-TORCH_WHEELS = Path(os.environ.get("GPUFLEET_TEST_WHEELS", "/opt/wheels"))
-LOCAL_INDEX = os.environ.get("GPUFLEET_TEST_INDEX", "file:///opt/pypi/simple")
-BASE_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
 PACKAGES = [
     "nvidia-ml-py==13.615.71",
     "pytest==9.1.1",
@@ -32,21 +27,9 @@ PACKAGES = [
 ]
 
 
-def _have_cpu_torch() -> bool:
-    return any(TORCH_WHEELS.glob("torch-2.13.0+cpu-*.whl"))
-
-
 @pytest.fixture(scope="module")
 def workspace() -> Iterator[Path]:
-    """A world-traversable directory (the env owner is `nobody`), removed afterwards."""
-    if not _have_cpu_torch() or not BASE_PYTHON.exists():
-        pytest.skip(f"needs torch-2.13.0+cpu in {TORCH_WHEELS} and {BASE_PYTHON}")
-    if os.geteuid() != 0:
-        pytest.skip("runs the role as root (runuser to the env owner)")
-    path = Path(tempfile.mkdtemp(prefix="gpufleet-venv-", dir="/tmp"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+    yield from workspace_dir("gpufleet-venv-", "runs the role as root (runuser to the env owner)")
 
 
 @pytest.fixture(scope="module")
