@@ -90,7 +90,7 @@ bench-scale: setup testbed-deps ## as root: provisioning rerun, verify and bad-n
 	$(BIN)/python tests/bench/bench_scale.py --nodes "$$GF_SCALE_NODES" --repeats "$$GF_BENCH_REPEATS"
 
 .PHONY: lint
-PY_DIRS = $(wildcard src tests checks smoke_tests testbed collections)
+PY_DIRS = $(wildcard src tests checks smoke_tests testbed collections scripts)
 # mypy --strict (settings in pyproject.toml): first src/gpufleet, the collection's plugins
 # and testbed/tbctl in one run, then each pytest tree in a run of its own, with the tree as
 # the root its modules are named from (tests/, checks/ and smoke_tests/ each have a
@@ -104,9 +104,15 @@ lint: setup ## ansible-lint (production profile), yamllint, ruff, mypy, syntax c
 	@for tree in $(MYPY_TREES); do \
 	  echo "MYPYPATH=$$tree $(BIN)/mypy --cache-dir .mypy_cache/$$tree $$tree"; \
 	  MYPYPATH=$$tree $(BIN)/mypy --cache-dir .mypy_cache/$$tree $$tree || exit 1; done
+	$(BIN)/python scripts/check_docs.py
+	$(BIN)/python scripts/role_docs.py --check
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/ansible-playbook --syntax-check -i "$$GF_INVENTORY" site.yml
+
+.PHONY: role-docs
+role-docs: setup ## regenerate the roles' variable tables (README.md) from meta/argument_specs.yml
+	$(BIN)/python scripts/role_docs.py
 
 .PHONY: plan
 plan: setup ## example: plan torch 2.11.0 for a node whose driver is 570.86.15
