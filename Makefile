@@ -33,7 +33,12 @@ ARGSPLIT = $(BIN)/python -m gpufleet.argsplit
 # A make variable holding yes/no (REQUIRE_GPU, FULL, SLURM): `$(BOOL) NAME "$$VALUE"` prints 1, 0
 # or nothing (empty); any other spelling is refused, exit 2 (gpufleet.units.parse_bool).
 BOOL = $(BIN)/python -m gpufleet.units bool
-# The launchers verify knows (gpufleet.verify.launchers), checked by `gpufleet verify --launcher`.
+# LAUNCHER: empty or one of the registry's launchers (python -m gpufleet.verify.launchers.registry)
+define CHECK_LAUNCHER
+@names=$$($(BIN)/python -m gpufleet.verify.launchers.registry) || exit 2; \
+	if [ -n "$$GF_LAUNCHER" ] && ! printf '%s\n' $$names | grep -qxF -- "$$GF_LAUNCHER"; then \
+	echo "ERROR: LAUNCHER='$$GF_LAUNCHER' is refused -> allowed: $$(echo $$names | sed 's/ / or /g') (empty: the inventory's gpufleet_launcher)" >&2; exit 2; fi
+endef
 
 .PHONY: help
 help: ## list the targets
@@ -202,7 +207,7 @@ VERIFY_LOCK_WAIT ?= 900
 verify: export GF_RUN_ID = $(value RUN_ID)
 verify: export GF_LOCK_WAIT = $(value VERIFY_LOCK_WAIT)
 verify: setup ## verify the nodes of INVENTORY (checks, pre-check, torchrun, report); LAUNCHER=slurm; exit 0 pass, else 2 (make's rule; gpufleet verify: 1 failure, 2 refused)
-	@case "$$GF_LAUNCHER" in ""|ssh|slurm) ;; *) echo "ERROR: LAUNCHER='$$GF_LAUNCHER' is refused -> allowed: ssh or slurm (empty: the inventory's gpufleet_launcher)" >&2; exit 2;; esac
+	$(CHECK_LAUNCHER)
 	@rc=0; $(ARGSPLIT) GF_VERIFY_ARGS VERIFY_ARGS -- $(BIN)/gpufleet verify \
 		--inventory "$$GF_INVENTORY" --run-id "$$GF_RUN_ID" --lock-wait "$$GF_LOCK_WAIT" \
 		--launcher "$$GF_LAUNCHER" -- || rc=$$?; \
@@ -217,7 +222,7 @@ run: export GF_RUN_ID = $(value RUN_ID)
 run: export GPUFLEET_RUN_ARGS = $(value ARGS)
 run: setup ## run your torchrun script on all nodes of INVENTORY: SCRIPT=path/to/train.py ARGS="..." [LAUNCHER=slurm]; logs in reports/<run-id>/
 	@test -f "$$GF_SCRIPT" || { echo "ERROR: SCRIPT='$$GF_SCRIPT' is refused -> allowed: the path of an existing file, your torchrun script (make run SCRIPT=path/to/train.py [ARGS=\"...\"])" >&2; exit 2; }
-	@case "$$GF_LAUNCHER" in ""|ssh|slurm) ;; *) echo "ERROR: LAUNCHER='$$GF_LAUNCHER' is refused -> allowed: ssh or slurm (empty: the inventory's gpufleet_launcher)" >&2; exit 2;; esac
+	$(CHECK_LAUNCHER)
 	@extra=$$($(BIN)/python -c 'import json,os; print(json.dumps({ \
 		"verify_script_args": os.environ["GPUFLEET_RUN_ARGS"], \
 		"verify_script": os.path.abspath(os.environ["GF_SCRIPT"]), \

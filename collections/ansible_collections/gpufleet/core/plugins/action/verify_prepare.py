@@ -7,13 +7,15 @@ in two commands on the node instead of four module runs.
         python: ""                              # verify_python; empty: from the manifest
         default_python: /opt/gpufleet/env/bin/python
         timeout: 120                            # for counting the GPUs
+        env_file: /etc/gpufleet/nccl.env        # the ranks' KEY=VALUE file (verify_env_file)
 
 1. One shell command reads the manifest (base64) and creates the run directory (its parent
    as needed; the directory itself must not exist: a run id names one run only).
 2. Unless that failed or the manifest is broken: ``timeout T <python> -m
 gpufleet.verify.workers.gpus``
    with the env python (``python``, else the manifest's ``env_python``, else
-   ``default_python``), which checks that the env has torch and counts the GPUs.
+   ``default_python``), which checks that the env has torch and counts the GPUs the ranks
+   will see (CUDA_VISIBLE_DEVICES, with ``env_file`` on top as supervise applies it).
 
 It fails nothing itself: the role's tasks name each problem. Returns ``manifest``
 ({data, error}: :func:`gpufleet.provisioning.node_env.read_manifest`, the filter the role used on
@@ -69,7 +71,9 @@ def _step1_parse(stdout: str) -> tuple[str | None, bool, str]:
 
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hints
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset({"manifest", "run_dir", "python", "default_python", "timeout"})
+    _VALID_ARGS = frozenset(
+        {"manifest", "run_dir", "python", "default_python", "timeout", "env_file"}
+    )
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
@@ -106,6 +110,8 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
                 "timeout", str(timeout), python, "-m", "gpufleet.verify.workers.gpus",
                 "--package-digest"
             ]  # fmt: skip
+            if args.get("env_file"):
+                argv += ["--env-file", str(args["env_file"])]
             r = self._low_level_execute_command(shlex.join(argv), sudoable=True)
             lines = (r.get("stdout") or "").strip().splitlines()
             gpus = {

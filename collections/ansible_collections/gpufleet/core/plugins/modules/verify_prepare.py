@@ -18,7 +18,9 @@ description:
     itself must not exist, a run id names one run only).
   - Unless that failed or the manifest is broken, a second command counts the node's GPUs
     with the env python (C(python -m gpufleet.verify.workers.gpus), which first checks that the
-    env has torch) under C(timeout O(timeout)).
+    env has torch) under C(timeout O(timeout)): the GPUs the ranks will see, after
+    C(CUDA_VISIBLE_DEVICES) of the node's environment with O(env_file) on top (exit 4 with
+    one line when it names a GPU the node does not have).
   - The env python is O(python), else the manifest's C(env_python), else O(default_python).
   - It fails nothing itself; the role's tasks name each problem from the returned values.
   - This is an action plugin; this file holds its documentation only.
@@ -43,6 +45,12 @@ options:
     description: Seconds the GPU count may take.
     type: int
     default: 120
+  env_file:
+    description:
+      - The KEY=VALUE file the ranks get on top of the node's environment (verify_env_file);
+        its C(CUDA_VISIBLE_DEVICES) decides the count. Empty, or a missing file, adds nothing.
+    type: str
+    default: ""
 author:
   - gpufleet contributors
 """
