@@ -8,6 +8,8 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_REFUSED = 2
+#: Nothing failed, but a check could not finish (gpufleet health, gpufleet dcgm diag).
+EXIT_INCOMPLETE = 3
 
 
 class GpufleetError(Exception):

@@ -32,10 +32,13 @@ import dataclasses
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Literal
+
+from gpufleet.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK
 
 Status = Literal["pass", "warn", "fail", "skip", "incomplete"]
 STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "skip", "incomplete")
@@ -202,3 +205,12 @@ def read_as_of(result: ResultFile, now: datetime) -> ResultFile:
         for r in result.records
     ]
     return dataclasses.replace(result, records=stale)
+
+
+def exit_code(records: Iterable[Record]) -> int:
+    """A node command's exit status from its records: 1 (EXIT_FAILED) on any failure, else 3
+    (EXIT_INCOMPLETE) when a check could not finish, else 0 (pass, warn and skip)."""
+    statuses = {r.status for r in records}
+    if "fail" in statuses:
+        return EXIT_FAILED
+    return EXIT_INCOMPLETE if "incomplete" in statuses else EXIT_OK

@@ -22,7 +22,7 @@ from gpufleet.commands import add_command
 from gpufleet.node import dcgm
 from gpufleet.node import facts as nodefacts
 from gpufleet.node.health._common import rec
-from gpufleet.results import ResultFile
+from gpufleet.results import ResultFile, exit_code
 
 
 def register(sub: Any) -> None:
@@ -62,6 +62,4 @@ def run(args: argparse.Namespace) -> int:
         Path(args.log).write_text(result.output, encoding="utf-8")
     for r in records:
         print(f"{r.status.upper():4} {r.name}: {r.message}")
-    if any(r.status == "fail" for r in records):
-        return 1
-    return 3 if any(r.status == "incomplete" for r in records) else 0
+    return exit_code(records)

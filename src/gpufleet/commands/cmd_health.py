@@ -41,13 +41,14 @@ from typing import Any
 
 from gpufleet import argtypes
 from gpufleet.commands import add_command
-from gpufleet.errors import GpufleetError, RefusedError
+from gpufleet.errors import EXIT_FAILED, GpufleetError, RefusedError
 from gpufleet.node import fast_checks as nodehealth
 from gpufleet.node import textfile, xid
 from gpufleet.node.nvml import load_recording
 from gpufleet.results import (
     Record,
     ResultFile,
+    exit_code,
     load_result_file,
     read_as_of,
     utc_stamp,
@@ -57,7 +58,6 @@ from gpufleet.verify.launchers import slurm
 
 HEALTH_TIMEOUT = "health_timeout"
 HEALTH_RUN = "health_run"
-EXIT_OK, EXIT_FAILED, EXIT_REFUSED, EXIT_INCOMPLETE = 0, 1, 2, 3
 #: How long a health verdict holds (GCP's cluster-health-scanner stamps results likewise).
 DEFAULT_VALID_HOURS = 24.0
 
@@ -230,15 +230,6 @@ def _value_text(r: Record) -> str:
     value = r.value if r.value not in (None, "") else r.status
     text = str(value)
     return f"GPU {r.gpu}: {text}" if r.gpu else text
-
-
-def exit_code(records: list[Record]) -> int:
-    """0 pass/warn/skip, 1 a failure, 3 no failure but an incomplete check."""
-    if any(r.status == "fail" for r in records):
-        return EXIT_FAILED
-    if any(r.status == "incomplete" for r in records):
-        return EXIT_INCOMPLETE
-    return EXIT_OK
 
 
 def _print_verdict(node: str, records: list[Record]) -> None:

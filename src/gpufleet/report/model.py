@@ -8,9 +8,9 @@ from typing import Any
 
 from gpufleet.results import STATUSES, BandwidthRow, Record, ResultFile
 
-#: Statuses that let a run pass. Any other one is not a pass: "fail" fails the run, and any
-#: status this module does not know (e.g. "incomplete": a check that could not finish) makes
-#: the run "incomplete", counted apart from the failures and never as one.
+#: Statuses that let a run pass. "fail" fails the run; "incomplete" (a check that could not
+#: finish) or a status this version does not know makes the run incomplete, counted apart
+#: from the failures and never as one.
 PASSING = ("pass", "warn", "skip")
 
 
@@ -53,8 +53,9 @@ class Summary:
         ]
 
     def counts(self) -> dict[str, int]:
-        """Records per status: every known status (0 when none), then any other one seen."""
-        c: dict[str, int] = dict.fromkeys((*STATUSES, "incomplete"), 0)
+        """Records per status: every known status (0 when none), then any other one seen (a
+        node's result file may come from another gpufleet version)."""
+        c: dict[str, int] = dict.fromkeys(STATUSES, 0)
         for _, _, r in self.rows():
             c[str(r.status)] = c.get(str(r.status), 0) + 1
         return c
@@ -63,7 +64,7 @@ class Summary:
         return [x for x in self.rows() if x[2].status == "fail"]
 
     def unfinished(self) -> list[tuple[str, str, Record]]:
-        """Records that neither passed nor failed ("incomplete", or a status not known here)."""
+        """Records that neither passed nor failed (incomplete, or a status not known here)."""
         return [x for x in self.rows() if x[2].status != "fail" and x[2].status not in PASSING]
 
     @property

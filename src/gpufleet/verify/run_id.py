@@ -18,11 +18,7 @@ import secrets
 from pathlib import Path
 
 from gpufleet.errors import RefusedError
-from gpufleet.inputs.boundary import RUN_ID_ALLOWED, RUN_ID_RESERVED
-from gpufleet.inputs.boundary import RUN_ID_PATTERN as RUN_ID_PATTERN  # noqa: PLC0414 - re-export
-
-RESERVED = RUN_ID_RESERVED
-ALLOWED = RUN_ID_ALLOWED
+from gpufleet.inputs.known import RUN_ID_PATTERN, RUN_ID_RESERVED
 
 
 class RunIdError(RefusedError, ValueError):
@@ -42,7 +38,7 @@ def validate(run_id: str) -> str:
             f"RUN_ID {run_id!r} is not allowed: use 1-64 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
-    if run_id.lower() in RESERVED:
+    if run_id.lower() in RUN_ID_RESERVED:
         raise RunIdError(f"RUN_ID {run_id!r} is reserved (reports/{run_id} has another use)")
     return run_id
 

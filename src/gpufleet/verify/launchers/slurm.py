@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from gpufleet.errors import GpufleetError, RefusedError
-from gpufleet.inputs.boundary import (
+from gpufleet.inputs.known import (
     SLURM_GRES_ALLOWED,
     SLURM_GRES_RE,
     SLURM_NAME_ALLOWED,
@@ -63,12 +63,6 @@ DONE_STATES = frozenset(
         "REVOKED",
     }
 )
-NAME_RE = SLURM_NAME_RE
-NAME_ALLOWED = SLURM_NAME_ALLOWED
-GRES_RE = SLURM_GRES_RE
-GRES_ALLOWED = SLURM_GRES_ALLOWED
-_NAME = NAME_RE
-_GRES = GRES_RE
 
 Runner = Callable[[Sequence[str], str | None], "subprocess.CompletedProcess[str]"]
 
@@ -107,10 +101,14 @@ class JobOptions:
     def __post_init__(self) -> None:
         for key in ("partition", "account", "qos", "reservation"):
             value = getattr(self, key)
-            if value and not _NAME.fullmatch(value):
-                raise RefusedError(f"slurm {key}={value!r} is refused -> allowed: {NAME_ALLOWED}")
-        if self.gres and not _GRES.fullmatch(self.gres):
-            raise RefusedError(f"slurm gres={self.gres!r} is refused -> allowed: {GRES_ALLOWED}")
+            if value and not SLURM_NAME_RE.fullmatch(value):
+                raise RefusedError(
+                    f"slurm {key}={value!r} is refused -> allowed: {SLURM_NAME_ALLOWED}"
+                )
+        if self.gres and not SLURM_GRES_RE.fullmatch(self.gres):
+            raise RefusedError(
+                f"slurm gres={self.gres!r} is refused -> allowed: {SLURM_GRES_ALLOWED}"
+            )
 
 
 def time_limit_minutes(timeout_s: float, margin_s: float = 60.0) -> int:
@@ -149,13 +147,13 @@ def sbatch_argv(
     options: JobOptions,
     workdir: str = "/",
 ) -> list[str]:
-    if not _NAME.fullmatch(job_name):
+    if not SLURM_NAME_RE.fullmatch(job_name):
         raise RefusedError(f"slurm job name {job_name!r} is refused -> allowed: a Slurm name")
-    bad = [n for n in nodelist if not _NAME.fullmatch(n)]
+    bad = [n for n in nodelist if not SLURM_NAME_RE.fullmatch(n)]
     if bad or not nodelist:
         raise RefusedError(
             f"slurm node list {list(nodelist)!r} is refused -> allowed: one or more "
-            f"node names, each {NAME_ALLOWED}"
+            f"node names, each {SLURM_NAME_ALLOWED}"
         )
     argv = [
         "sbatch",
@@ -206,13 +204,15 @@ def task_script(
     ``$SLURM_NODEID``, ``$SLURM_NNODES`` nodes, the rendezvous on the first host of the
     allocation, whose cluster address ``addresses`` ({slurm node name: address}) gives.
     The exit status lands in ``rc_file`` (the node's verdict, read by verify)."""
-    bad = [n for n in addresses if not _NAME.fullmatch(n)]
+    bad = [n for n in addresses if not SLURM_NAME_RE.fullmatch(n)]
     if bad or not addresses:
         raise RefusedError(f"slurm node names {bad or '[]'} are refused -> allowed: Slurm names")
     for what, value in (("node", node), ("step", step)):
         # both are written into the script's text (a comment, an echo): names only
-        if not _NAME.fullmatch(value):
-            raise RefusedError(f"slurm task {what} {value!r} is refused -> allowed: {NAME_ALLOWED}")
+        if not SLURM_NAME_RE.fullmatch(value):
+            raise RefusedError(
+                f"slurm task {what} {value!r} is refused -> allowed: {SLURM_NAME_ALLOWED}"
+            )
     cases = "".join(
         f"  {name}) master={shlex.quote(addr)} ;;\n" for name, addr in sorted(addresses.items())
     )
@@ -300,10 +300,10 @@ class NodeInfo:
 
 def node_info(names: Sequence[str], *, runner: Runner = run_cmd) -> NodeInfo:
     """Ask slurmctld about each node and for the order of an allocation of them."""
-    bad = [n for n in names if not _NAME.fullmatch(n)]
+    bad = [n for n in names if not SLURM_NAME_RE.fullmatch(n)]
     if bad or not names:
         raise RefusedError(
-            f"slurm node names {list(names)!r} are refused -> allowed: {NAME_ALLOWED}"
+            f"slurm node names {list(names)!r} are refused -> allowed: {SLURM_NAME_ALLOWED}"
         )
     states: dict[str, str] = {}
     reasons: dict[str, str] = {}
