@@ -103,8 +103,8 @@ PY_DIRS = $(wildcard src tests checks smoke_tests testbed collections scripts)
 MYPY_TREES = tests checks smoke_tests
 
 lint: setup ## ansible-lint (production profile), yamllint, ruff, mypy, syntax checks
-	$(BIN)/ruff check $(PY_DIRS)
-	$(BIN)/ruff format --check $(PY_DIRS)
+	$(BIN)/ruff check --no-cache $(PY_DIRS)
+	$(BIN)/ruff format --no-cache --check $(PY_DIRS)
 	$(BIN)/mypy
 	@for tree in $(MYPY_TREES); do \
 	  echo "MYPYPATH=$$tree $(BIN)/mypy --cache-dir .mypy_cache/$$tree $$tree"; \

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import yaml
-from torch_env_workspace import BASE_PYTHON, LOCAL_INDEX, TORCH_WHEELS, workspace_dir
 
 from roles_env_helpers import PLAN, REPO, output, recap, run_roles
+from torch_env_workspace import BASE_PYTHON, LOCAL_INDEX, TORCH_WHEELS, workspace_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.ansible]
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from torch_env_workspace import BASE_PYTHON, LOCAL_INDEX, TORCH_WHEELS, workspace_dir
 
 from roles_env_helpers import BIN, PLAN, REPO, output, recap, run_roles
+from torch_env_workspace import BASE_PYTHON, LOCAL_INDEX, TORCH_WHEELS, workspace_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.ansible]
 
