@@ -11,6 +11,7 @@ docs/performance.md records them.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import subprocess
@@ -125,6 +126,20 @@ def check_honest_skips(summary: dict[str, Any], n: int) -> None:
     assert {w["world_size"] for w in feats["DDP training (cluster)"]["ran"]} == {2 * n}
 
 
+def check_cluster_junit(n: int) -> None:
+    """reports/<run>/junit.xml: valid against the JUnit XSD CI systems read, one suite per
+    node and per cluster step that ran, none failing on a passing run."""
+    etree: Any = importlib.import_module("lxml.etree")
+    run = (REPO / "reports/latest").resolve()
+    xsd = etree.XMLSchema(etree.parse(str(REPO / "tests/fixtures/junit/junit.xsd")))
+    doc = etree.parse(str(run / "junit.xml"))
+    assert xsd.validate(doc), xsd.error_log
+    names = [s.get("name") for s in doc.getroot()]
+    assert names[:n] == [f"node.node{i}" for i in range(1, n + 1)], names
+    assert {"cluster.all-reduce", "cluster.training"} <= set(names[n:]), names
+    assert all(s.get("failures") == "0" and s.get("errors") == "0" for s in doc.getroot())
+
+
 def check_make_run(n: int) -> None:
     """make run: a plain DDP script (no gpufleet import) on every node, then one failing rank."""
     script = "tests/fixtures/run/plain_ddp.py"
@@ -176,6 +191,7 @@ def test_demo_provisions_verifies_and_reruns_without_change(torn_down_after: Non
     check_cluster_rows_from_raw_timings(n)
     check_training_record(summary, n)
     check_honest_skips(summary, n)
+    check_cluster_junit(n)
     check_make_run(n)
 
     again, _ = make("provision", "INVENTORY=testbed/inventory")
