@@ -338,23 +338,46 @@ def serve(
         sel.close()
 
 
+def _blocked_record(node: str, r: ProbeResult) -> Record:
+    return Record(
+        name=f"reach {r.target} {r.host}:{r.port} ({r.role})",
+        status="fail",
+        node=node,
+        value=round(r.seconds * 1000, 2),
+        message=r.line(),
+        remedy=(
+            f"{r.cause}. On {r.target}: firewall-cmd --list-all; ss -ltn | grep {r.port}; "
+            f"ip -br addr (is {r.host} on the cluster network?)"
+        ),
+    )
+
+
+def _reached_record(node: str, role: str, reached: Sequence[ProbeResult]) -> Record:
+    """One record for every peer of ``role`` that answered: a full mesh of N nodes has N - 1
+    peers per node, and a record each would make the report grow as N squared (1000 nodes:
+    a million records). The log keeps one line per peer; the slowest is named."""
+    slow = max(reached, key=lambda r: r.seconds)
+    n = len(reached)
+    return Record(
+        name=f"reach {n} peer{'s' if n != 1 else ''} ({role})",
+        status="pass",
+        node=node,
+        value=round(slow.seconds * 1000, 2),
+        message=(
+            f"ok      {node} -> {n} peer{'s' if n != 1 else ''} ({role}); slowest: "
+            f"{slow.target} ({slow.host}:{slow.port}) {slow.seconds * 1000:.1f} ms"
+        ),
+    )
+
+
 def result_file(node: str, results: Sequence[ProbeResult], duration: float) -> ResultFile:
-    recs = [
-        Record(
-            name=f"reach {r.target} {r.host}:{r.port} ({r.role})",
-            status="pass" if r.ok else "fail",
-            node=node,
-            value=round(r.seconds * 1000, 2),
-            message=r.line(),
-            remedy=""
-            if r.ok
-            else (
-                f"{r.cause}. On {r.target}: firewall-cmd --list-all; ss -ltn | grep {r.port}; "
-                f"ip -br addr (is {r.host} on the cluster network?)"
-            ),
-        )
-        for r in results
-    ]
+    """The probe result of ``node``: a failing record per peer that did not answer (named,
+    with its likely cause and what to run on it), and one passing record per role for the
+    peers that did."""
+    recs = [_blocked_record(node, r) for r in results if not r.ok]
+    roles = dict.fromkeys(r.role for r in results if r.ok)
+    recs += [_reached_record(node, role, [r for r in results if r.ok and r.role == role])
+             for role in roles]  # fmt: skip
     return net_result_file("probe", node, recs, duration)
 
 

@@ -307,3 +307,28 @@ def test_mesh_waits_for_a_peer_that_starts_late_within_the_start_window(tmp_path
     pb = subprocess.Popen(b, stdout=subprocess.PIPE, text=True)
     outs = [p.communicate(timeout=30)[0] for p in (pa, pb)]
     assert [pa.returncode, pb.returncode] == [0, 0], outs
+
+
+def _res(target: str, ok: bool, ms: float, role: str = "mesh") -> netprobe.ProbeResult:
+    return netprobe.ProbeResult(
+        source="n0", target=target, host=f"10.0.0.{target[1:]}", port=29400, role=role, ok=ok,
+        seconds=ms / 1000, error="" if ok else "TimeoutError: timed out",
+        cause="" if ok else "packets dropped",
+    )  # fmt: skip
+
+
+def test_the_result_names_each_blocked_peer_and_folds_the_peers_that_answered() -> None:
+    """A 1000-node mesh must not leave a million records: every peer that answered, per
+    role, becomes one record naming the count and the slowest; a blocked peer keeps its own."""
+    results = [_res(f"n{i}", True, float(i)) for i in range(1, 200)]
+    results.insert(50, _res("n999", False, 3000.0))
+    results.append(_res("n1", True, 0.5, role="rendezvous"))
+    recs = netprobe.result_file("n0", results, 1.0).records
+    assert [(r.name, r.status) for r in recs] == [
+        ("reach n999 10.0.0.999:29400 (mesh)", "fail"),
+        ("reach 199 peers (mesh)", "pass"),
+        ("reach 1 peer (rendezvous)", "pass"),
+    ]
+    assert "firewall-cmd" in recs[0].remedy and "n999" in recs[0].message
+    assert recs[1].value == 199.0 and "slowest: n199 (10.0.0.199:29400) 199.0 ms" in recs[1].message
+    assert netprobe.result_file("n0", [], 0.0).records == []

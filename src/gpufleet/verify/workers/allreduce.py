@@ -120,7 +120,12 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
                 "threshold_source": threshold.source,
                 "time": "max over ranks of the per-iteration mean",
                 "busbw_factor": bench.busbw_factor(env.world_size),
-                "ranks": hosts,
+                # every rank on rank 0's node, this node's own ranks elsewhere: a list of
+                # all ranks on every node grows as nodes squared (1000 x 8 GPUs: 8000 ranks
+                # in each of 1000 files)
+                "ranks": hosts
+                if env.rank == 0
+                else [h for h in hosts if h and h.get("host") == socket.gethostname()],
                 "raw": raws if env.rank == 0 else [],
                 "torch": torch.__version__,
             },
