@@ -19,6 +19,34 @@ from gpufleet.units import human_size
 SUMMARY_FILES = ("summary.json", "summary.md", "bandwidth.png", "junit.xml")
 
 
+#: above this many nodes summary.md lists each node's records that did not pass (with the
+#: count that did) and the slowest training ranks, not every record and rank: 1000 nodes
+#: leave 120,000 records, which summary.json and junit.xml hold in full
+DETAIL_NODES = 32
+#: training ranks listed in summary.md above DETAIL_NODES: the slowest ones
+SLOWEST_RANKS = 16
+
+
+def markdown_view(data: dict[str, Any]) -> dict[str, Any]:
+    """What summary.md shows of ``data`` (``to_json``): everything up to DETAIL_NODES nodes;
+    above, per node the records that did not pass and the count that did, and the
+    SLOWEST_RANKS slowest training ranks."""
+    nodes = data["nodes"]
+    if len(nodes) <= DETAIL_NODES:
+        return {**data, "brief": False}
+    brief_nodes = {}
+    for name, n in nodes.items():
+        shown = [r for r in n["records"] if r["status"] != "pass"]
+        passed = len(n["records"]) - len(shown)
+        brief_nodes[name] = {**n, "records": shown, "passed": passed}
+    view = {**data, "nodes": brief_nodes, "brief": True}
+    if data.get("training"):
+        ranks = data["training"].get("ranks") or []
+        slowest = sorted(ranks, key=lambda r: r.get("samples_per_s") or 0.0)[:SLOWEST_RANKS]
+        view["training"] = {**data["training"], "ranks": slowest, "ranks_total": len(ranks)}
+    return view
+
+
 def render_markdown(s: Summary, data: dict[str, Any] | None = None) -> str:
     """summary.md; ``data``: ``to_json(s)`` when already built (it is not rebuilt)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -31,7 +59,42 @@ def render_markdown(s: Summary, data: dict[str, Any] | None = None) -> str:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    return env.get_template("summary.md.j2").render(s=to_json(s) if data is None else data)
+    view = markdown_view(to_json(s) if data is None else data)
+    return env.get_template("summary.md.j2").render(s=view)
+
+
+#: above this many single-node series, bandwidth.png draws their spread (min to max and the
+#: median per size) and only the SLOWEST_SHOWN slowest nodes as lines: a legend of 1000
+#: nodes is unreadable and costs minutes to lay out
+MAX_NODE_LINES = 8
+SLOWEST_SHOWN = 3
+
+
+def _bandwidth_series(s: Summary) -> dict[str, list[BandwidthRow]]:
+    series: dict[str, list[BandwidthRow]] = {}
+    for kind, node, row in s.bandwidth():
+        what = {"allreduce": "cluster", "smoke": "single-node"}.get(kind, kind)
+        label = f"{what} ({node}, n={row.world_size}, {row.backend})"
+        series.setdefault(label, []).append(row)
+    return {k: sorted(v, key=lambda r: r.size_bytes) for k, v in sorted(series.items())}
+
+
+def _fold_single_node(
+    series: dict[str, list[BandwidthRow]],
+) -> tuple[dict[str, list[BandwidthRow]], dict[int, list[float]]]:
+    """Series to draw as lines and, when the single-node series are too many, the busbw of
+    every node per message size (drawn as a band); the slowest nodes at the largest size
+    stay lines, so the one to look at is named."""
+    single = {k: v for k, v in series.items() if k.startswith("single-node")}
+    if len(single) <= MAX_NODE_LINES:
+        return series, {}
+    spread: dict[int, list[float]] = {}
+    for rows in single.values():
+        for r in rows:
+            spread.setdefault(r.size_bytes, []).append(r.busbw)
+    slowest = sorted(single, key=lambda k: (single[k][-1].busbw, k))[:SLOWEST_SHOWN]
+    keep = {k: v for k, v in series.items() if k not in single or k in slowest}
+    return keep, spread
 
 
 def plot_bandwidth(s: Summary, path: Path) -> Path:
@@ -41,13 +104,24 @@ def plot_bandwidth(s: Summary, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-    series: dict[str, list[BandwidthRow]] = {}
-    for kind, node, row in s.bandwidth():
-        what = {"allreduce": "cluster", "smoke": "single-node"}.get(kind, kind)
-        label = f"{what} ({node}, n={row.world_size}, {row.backend})"
-        series.setdefault(label, []).append(row)
-    for label, unsorted in sorted(series.items()):
-        rows = sorted(unsorted, key=lambda r: r.size_bytes)
+    series, spread = _fold_single_node(_bandwidth_series(s))
+    if spread:
+        xs = sorted(spread)
+        ax.fill_between(
+            xs,
+            [min(spread[x]) for x in xs],
+            [max(spread[x]) for x in xs],
+            color="grey",
+            alpha=0.25,
+            label=f"busbw single-node, {len(spread[xs[-1]])} nodes: min to max",
+        )
+        ax.plot(
+            xs,
+            [sorted(spread[x])[len(spread[x]) // 2] for x in xs],
+            color="grey",
+            label="busbw single-node: median",
+        )
+    for label, rows in series.items():
         xs = [r.size_bytes for r in rows]
         (line,) = ax.plot(xs, [r.busbw for r in rows], marker="o", label=f"busbw {label}")
         ax.plot(

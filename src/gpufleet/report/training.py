@@ -8,6 +8,7 @@ and the records that skipped it with their reason.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -28,6 +29,7 @@ FEATURES: tuple[tuple[str, str], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=4096)  # called once per record; few distinct (kind, name)
 def feature_of(kind: str, name: str) -> str | None:
     if kind.startswith("bisect-") or kind == "train-1node":
         return None
@@ -46,6 +48,14 @@ def _world(kind: str, rf: ResultFile) -> int | None:
 def features(files: Iterable[tuple[str, ResultFile]]) -> list[dict[str, Any]]:
     """[{feature, ran: [{node, mode, world_size}], skipped: [{node, reason}], failed: n}]."""
     table: dict[str, dict[str, Any]] = {}
+    seen: set[tuple[str, str, tuple[Any, ...]]] = set()  # (feature, list, entry): no rescans
+
+    def add(feature: str, key: str, entry: dict[str, Any]) -> None:
+        mark = (feature, key, tuple(entry.values()))
+        if mark not in seen:
+            seen.add(mark)
+            table[feature][key].append(entry)
+
     for node, rf in files:
         for r in rf.records:
             feature = feature_of(rf.kind, r.name)
@@ -55,17 +65,14 @@ def features(files: Iterable[tuple[str, ResultFile]]) -> list[dict[str, Any]]:
                 feature, {"feature": feature, "ran": [], "skipped": [], "failed": 0}
             )
             if r.status == "skip":
-                entry = {"node": node, "reason": r.message}
-                if entry not in row["skipped"]:
-                    row["skipped"].append(entry)
+                add(feature, "skipped", {"node": node, "reason": r.message})
                 continue
             if r.status == "fail":
                 row["failed"] += 1
             where = {"node": node, "mode": rf.mode, "world_size": _world(rf.kind, rf)}
             if rf.kind == "train":
                 where["node"] = f"{rf.meta.get('nnodes')} nodes"
-            if where not in row["ran"]:
-                row["ran"].append(where)
+            add(feature, "ran", where)
     order = {f: i for i, (_, f) in enumerate(FEATURES)}
     return sorted(table.values(), key=lambda r: order.get(r["feature"], 99))
 
