@@ -88,6 +88,12 @@ BENCH_REPEATS ?= 2
 bench: setup testbed-deps ## as root: ratios on the 3-node testbed (verify overhead, fidelity, scale, detection); reports/bench/
 	$(BIN)/python tests/bench/bench_cluster.py --repeats "$$GF_BENCH_REPEATS"
 
+.PHONY: bench-report
+REPORT_NODES ?= 1000
+export GF_REPORT_NODES = $(value REPORT_NODES)
+bench-report: setup ## the controller side of verify at REPORT_NODES=1000 synthetic nodes x 8 GPUs (report under 10 s and 1 GiB); reports/bench/
+	$(BIN)/python tests/bench/bench_report.py --nodes "$$GF_REPORT_NODES"
+
 .PHONY: bench-scale
 SCALE_NODES ?= 3,6,12
 export GF_SCALE_NODES = $(value SCALE_NODES)

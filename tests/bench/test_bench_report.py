@@ -18,10 +18,10 @@ def test_the_report_benchmark_runs_at_20_nodes(
     assert json.loads(out.read_text()) == result
     figs = {f["figure"]: f for f in result["figures"]}
     per_gpu, per_node = len(bench_report.CHECKS_PER_GPU), len(bench_report.CHECKS_NODE)
-    # per node: checks, smoke (7), dcgm (6), probe (19 peers), all-reduce (2); the first
+    # per node: checks, smoke (7), dcgm (6), probe (19 peers folded into 1), all-reduce (2); the first
     # node also the gate, training (5), its baseline (2) and the pair sweep (1); the report
     # adds one slow-node comparison per node
-    expected = 20 * (2 * per_gpu + per_node + 7 + 6 + 19 + 2 + 1) + 1 + 5 + 2 + 1
+    expected = 20 * (2 * per_gpu + per_node + 7 + 6 + 1 + 2 + 1) + 1 + 5 + 2 + 1
     assert figs["records in the report"]["value"] == expected
     assert figs["result files"]["value"] == 20 * 5 + 3 + 1  # + train, baseline, pairs, run.json
     timed = figs["report summary, subprocess"]
