@@ -39,6 +39,7 @@ CLUSTER_STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("all-reduce", ("allreduce",)),
     ("training", ("train", "train-*")),  # train-1node: the one-node baseline
     ("bisection", ("bisect-*",)),
+    ("pair-sweep", ("pair-*",)),
     ("slow-nodes", ("slow-nodes",)),
     ("slurm", ("slurm-*",)),
 )

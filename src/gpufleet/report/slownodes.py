@@ -7,17 +7,21 @@ every check and drags every collective it joins. The figures compared, per node:
   node) at the largest size every node measured; the median of repeated rows of a size;
 - ``train_samples_per_s``: the sum of its ranks' samples/s in the cluster training step
   (train.json ``meta.ranks``, matched by host name);
-- ``pair_busbw``: from a pair sweep (``pairs.json``, a ResultFile of kind ``pairs`` on the
-  first node, ``meta.pairs``: ``[{a, b, size_bytes, busbw}]``, pairs from
-  gpufleet.report.pairs): the median busbw of the node's pairs, and the node is slow there
-  only when every pair it is in is slow (one slow link slows one pair, a slow node all).
+- ``pair_busbw``: from verify's pair sweep (two-node all-reduces on the pairs of
+  gpufleet.report.pairs, each leaving ``pair-<round>-<index>.json`` on both its nodes), or a
+  ``pairs.json`` (kind ``pairs``, ``meta.pairs``: ``[{a, b, size_bytes, busbw}]``): the
+  median busbw of the node's pairs, and the node is slow there only when every pair it is
+  in is slow (one slow link slows one pair, a slow node all).
 
 A figure is slow below ``ratio x the fleet median``: RATIO["cpu"] = 0.33 for CPU/gloo runs
 (on two shared cores healthy nodes' local busbw differed 3x), RATIO["gpu"] = 0.8 for
 GPU/NCCL runs, whose figures are stable. No comparison runs with fewer than MIN_NODES nodes
 having the figure. The evidence is in two groups, local (``local_busbw``) and cross-node
-(``pair_busbw``, ``train_samples_per_s``); a node is named only when every group that has
-a figure for it calls it slow (noise in one measurement names nobody). A named node is a
+(``pair_busbw``, ``train_samples_per_s``). Where a node has cross-node figures, they decide:
+a throttled link or NIC shows only there, and a pair figure is already two measurements (a
+node is slow there only when every pair it is in is slow); a low local figure then adds to
+the evidence but names nobody on its own (noise in one measurement names nobody). Without
+cross-node figures the local one decides. A named node is a
 warning (the run still passes) unless a figure is also under its floor (the threshold the
 suite recorded for it), which fails.
 """
@@ -33,6 +37,8 @@ from gpufleet.report.model import Summary
 from gpufleet.results import Record, ResultFile
 
 RATIO = {"cpu": 0.33, "gpu": 0.8}
+#: result kind of one pair launch of verify's pair sweep: pair-<round>-<index>
+PAIR_KIND_PREFIX = "pair-"
 MIN_NODES = 3
 LOCAL = ("local_busbw",)
 CROSS = ("pair_busbw", "train_samples_per_s")
@@ -91,8 +97,33 @@ def train_rates(files: Iterable[tuple[str, ResultFile]], nodes: set[str]) -> lis
     return []
 
 
+def launched_pair_rows(files: Iterable[tuple[str, ResultFile]]) -> list[dict[str, Any]]:
+    """Pair rows from verify's pair sweep: every pair launch ``pair-<round>-<index>`` leaves
+    a result file of that kind on both of its nodes (node rank 0 holds the bandwidth rows);
+    the row is {a, b, size_bytes, busbw} at the launch's largest size."""
+    by_kind: dict[str, list[tuple[str, ResultFile]]] = {}
+    for node, f in files:
+        if f.kind.startswith(PAIR_KIND_PREFIX):
+            by_kind.setdefault(f.kind, []).append((node, f))
+    rows = []
+    for kind, members in sorted(by_kind.items()):
+        if len(members) != 2:
+            continue  # a node of the pair left no result: its failure is reported as such
+        (a, fa), (b, fb) = sorted(members, key=lambda m: int(m[1].meta.get("node_rank") or 0))
+        bw = fa.bandwidth or fb.bandwidth
+        if not bw:
+            continue
+        last = max(bw, key=lambda r: r.size_bytes)
+        rows.append(
+            {"a": a, "b": b, "size_bytes": last.size_bytes, "busbw": last.busbw, "kind": kind}
+        )
+    return rows
+
+
 def pair_rows(files: Iterable[tuple[str, ResultFile]]) -> list[dict[str, Any]]:
-    """The pair-sweep rows {a, b, size_bytes, busbw} at the largest size swept."""
+    """The pair-sweep rows {a, b, size_bytes, busbw} at the largest size swept: from verify's
+    pair launches, or a ``pairs`` file (one file of every pair's figures)."""
+    files = list(files)
     rows = [
         r
         for _, f in files
@@ -100,6 +131,7 @@ def pair_rows(files: Iterable[tuple[str, ResultFile]]) -> list[dict[str, Any]]:
         for r in f.meta.get("pairs", [])
         if isinstance(r, dict) and isinstance(r.get("busbw"), int | float)
     ]
+    rows += launched_pair_rows(files)
     if not rows:
         return []
     size = max(int(r.get("size_bytes") or 0) for r in rows)
@@ -124,7 +156,11 @@ def find(s: Summary) -> list[Record]:
     """Fill ``s.slow_nodes``, ``s.slow_reason`` and ``s.pairs``; the records to add: one per
     compared node (pass, or warn/fail for a named one), kind "slow-nodes"."""
     files = [(n, f) for n, nr in sorted(s.nodes.items()) for f in nr.files]
-    modes = {f.mode for _, f in files if f.kind in ("smoke", "allreduce", "pairs", "train")}
+    modes = {
+        f.mode
+        for _, f in files
+        if f.kind in ("smoke", "allreduce", "pairs", "train") or f.kind.startswith(PAIR_KIND_PREFIX)
+    }
     mode = "gpu" if modes == {"gpu"} else "cpu"
     ratio = RATIO[mode]
     rows = pair_rows(files)
@@ -158,10 +194,12 @@ def find(s: Summary) -> list[Record]:
     )
     out: list[Record] = []
     for node, mine in sorted(verdicts.items()):
-        groups = [[mine[k] for k in g if k in mine] for g in (LOCAL, CROSS)]
-        groups = [g for g in groups if g]
-        named = all(any(slow for _, slow in g) for g in groups)
-        evidence = [fig for g in groups for fig, slow in g if slow] if named else []
+        local = [mine[k] for k in LOCAL if k in mine]
+        cross = [mine[k] for k in CROSS if k in mine]
+        # the cross-node figures decide where there are any (a slow link shows only there;
+        # a local figure alone, noisy on shared CPUs, names nobody); else the local one
+        named = any(slow for _, slow in (cross or local))
+        evidence = [fig for fig, slow in (*cross, *local) if slow] if named else []
         if not evidence:
             out.append(_record(node, "pass", "no figure below the fleet median's ratio", []))
             continue

@@ -114,3 +114,55 @@ def test_local_and_cross_evidence_must_agree(tmp_path: Path) -> None:
     assert report.collect(d).slow_nodes == []
     _pairs(d, nodes, {"n4"})  # now the pairs agree
     assert {f["figure"] for f in report.collect(d).slow_nodes} == {"local_busbw", "pair_busbw"}
+
+
+def _launched_pairs(d: Path, nodes: list[str], slow: set[str], mode: str = "cpu") -> None:
+    """As verify's pair sweep leaves them: pair-<round>-<index>.json on both nodes of a
+    pair, the bandwidth rows on node rank 0's."""
+    for r, rnd in enumerate(pairs.pair_rounds(nodes), 1):
+        for i, (a, b) in enumerate(rnd):
+            busbw = 0.1 if {a, b} & slow else 1.0
+            rows = [BandwidthRow(**{**bench.make_row(s, "float32", 1e-3, 4, "gloo").to_dict(),
+                                    "busbw": busbw * s / 2**23}) for s in (2**20, 2**23)]  # fmt: skip
+            for rank, node in enumerate((a, b)):
+                ResultFile(f"pair-{r}-{i}", node, mode, "2026-01-01T00:00:00Z",
+                           records=[Record("allreduce_correctness", "pass", node=node)],
+                           bandwidth=rows if rank == 0 else [],
+                           meta={"node_rank": rank, "nnodes": 2}).write(
+                    d / node / f"pair-{r}-{i}.json")  # fmt: skip
+
+
+def test_a_throttled_link_is_named_by_the_pair_sweep_alone(tmp_path: Path) -> None:
+    """A node whose cluster link is throttled: its local all-reduce is as fast as anyone's,
+    both of its pairs are 10x slower; it is named (pair_busbw), nobody else."""
+    nodes = ["n1", "n2", "n3", "n4", "n5"]
+    d = _run(tmp_path, "cpu", HEALTHY)
+    _launched_pairs(d, nodes, {"n3"})
+    (d / "run.json").write_text(json.dumps({"run_id": "r", "nodes": nodes}))
+    s = report.write_report(d)
+    assert [(f["node"], f["figure"]) for f in s.slow_nodes] == [("n3", "pair_busbw")]
+    # against the median of the nodes' pair medians: n2 and n4 share one slow pair each
+    # (median 0.55), n1 and n5 none (1.0): median 0.55, so 0.1 / 0.55
+    assert s.slow_nodes[0]["ratio"] == pytest.approx(0.1 / 0.55, abs=1e-3)
+    assert s.pairs is not None and len(s.pairs["rows"]) == len(nodes)
+    assert {r["size_bytes"] for r in s.pairs["rows"]} == {2**23}
+    assert (d / "pairs.png").is_file()
+    suites = [el.get("name") for el in ET.parse(d / "junit.xml").getroot()]
+    assert "cluster.pair-sweep" in suites
+    _launched_pairs(d, nodes, set())  # healthy: nobody
+    assert report.collect(d).slow_nodes == []
+
+
+def test_a_pair_with_one_result_missing_gives_no_row(tmp_path: Path) -> None:
+    nodes = ["n1", "n2", "n3", "n4"]
+    d = tmp_path / "r"
+    _launched_pairs(d, nodes, set())
+    (d / "n2" / "pair-1-0.json").unlink()
+    (d / "run.json").write_text(json.dumps({"run_id": "r", "nodes": nodes}))
+    rows = report.collect(d).pairs
+    assert rows is not None
+    assert sorted((r["a"], r["b"]) for r in rows["rows"]) == [
+        ("n2", "n3"),
+        ("n3", "n4"),
+        ("n4", "n1"),
+    ]

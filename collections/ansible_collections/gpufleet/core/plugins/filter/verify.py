@@ -1,7 +1,8 @@
-"""verify filters: the bisection reruns that name the node at fault, and the Slurm
-launcher's jobs and task scripts.
+"""verify filters: the bisection reruns that name the node at fault, the pair sweep's
+rounds, and the Slurm launcher's jobs and task scripts.
 
-Thin adapters over :mod:`gpufleet.report.localise` and :mod:`gpufleet.verify.launchers.slurm`
+Thin adapters over :mod:`gpufleet.report.localise`, :mod:`gpufleet.report.pairs` and
+:mod:`gpufleet.verify.launchers.slurm`
 (imported from
 the controller venv that ``make setup`` builds).
 """
@@ -18,7 +19,7 @@ from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
 
 with gpufleet_required():
     from gpufleet.errors import GpufleetError
-    from gpufleet.report import localise
+    from gpufleet.report import localise, pairs
     from gpufleet.verify.launchers import slurm
 
 
@@ -50,6 +51,12 @@ def bisect_outcome(
 def bisect_max_rounds(nodes: Sequence[str]) -> int:
     """``nodes | gpufleet.core.bisect_max_rounds`` -> the longest bisection of these nodes."""
     return localise.max_rounds(len(_names(nodes, "bisect_max_rounds")))
+
+
+def pair_rounds(nodes: Sequence[str]) -> list[list[list[str]]]:
+    """``nodes | gpufleet.core.pair_rounds`` -> the pair sweep's rounds of disjoint pairs
+    (gpufleet.report.pairs: every node in two pairs, at most 3 rounds)."""
+    return [[list(p) for p in rnd] for rnd in pairs.pair_rounds(_names(nodes, "pair_rounds"))]
 
 
 def slurm_task_script(head: Sequence[str], tail: Sequence[str], **kw: Any) -> str:
@@ -87,9 +94,10 @@ class FilterModule:
                 bisect_groups,
                 bisect_outcome,
                 bisect_max_rounds,
+                pair_rounds,
                 slurm_task_script,
                 slurm_jobs,
                 slurm_hosts_in_order,
             ),
-            (TypeError, KeyError, GpufleetError),
+            (TypeError, KeyError, ValueError, GpufleetError),
         )
