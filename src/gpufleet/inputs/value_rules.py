@@ -222,6 +222,7 @@ VALUE_RULES: dict[str, Rule] = {
     "cuda_toolkit_extra_packages": _each("package_spec"),
     # --- verify
     "verify_sizes": _optional("sizes", largest=known.MAX_ALLREDUCE_SIZE),
+    "verify_pair_sizes": _optional("sizes", largest=known.MAX_ALLREDUCE_SIZE),
     "verify_run_id": _optional("run_id"),
     "verify_work_dir": _rule("owned_dir"),
     "verify_suites_dir": _rule("owned_dir"),
