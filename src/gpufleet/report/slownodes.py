@@ -57,6 +57,7 @@ class Figure:
     value: float
     floor: float | None = None
     all_pairs_slow: bool | None = None  # pair_busbw only
+    reference: float | None = None  # pair_busbw: the median of the pairs without this node
 
 
 def local_busbw(files: Iterable[tuple[str, ResultFile]]) -> list[Figure]:
@@ -139,17 +140,27 @@ def pair_rows(files: Iterable[tuple[str, ResultFile]]) -> list[dict[str, Any]]:
 
 
 def pair_figures(rows: list[dict[str, Any]], ratio: float) -> list[Figure]:
+    """Each node's median pair busbw, judged against the median of the pairs it is not in
+    (leave one out): on a ring of 3 nodes, two of the three pairs hold the slow node, and
+    a median over all pairs would be its own slow figure."""
     if not rows:
         return []
-    median = statistics.median(float(r["busbw"]) for r in rows)
     mine: dict[str, list[float]] = {}
     for r in rows:
         for n in (str(r["a"]), str(r["b"])):
             mine.setdefault(n, []).append(float(r["busbw"]))
-    return [
-        Figure(n, "pair_busbw", statistics.median(v), None, all(x < ratio * median for x in v))
-        for n, v in sorted(mine.items())
-    ]
+    out = []
+    for n, v in sorted(mine.items()):
+        others = [float(r["busbw"]) for r in rows if n not in (str(r["a"]), str(r["b"]))]
+        if not others:
+            continue  # two nodes: no pair to compare with
+        ref = statistics.median(others)
+        out.append(
+            Figure(
+                n, "pair_busbw", statistics.median(v), None, all(x < ratio * ref for x in v), ref
+            )
+        )
+    return out
 
 
 def find(s: Summary) -> list[Record]:
@@ -207,7 +218,7 @@ def find(s: Summary) -> list[Record]:
         verdict = "fail" if failed else "warn"
         found = []
         for fig in evidence:
-            med = medians[fig.figure]
+            med = fig.reference if fig.reference is not None else medians[fig.figure]
             entry: dict[str, Any] = {
                 "node": node,
                 "figure": fig.figure,

@@ -141,9 +141,9 @@ def test_a_throttled_link_is_named_by_the_pair_sweep_alone(tmp_path: Path) -> No
     (d / "run.json").write_text(json.dumps({"run_id": "r", "nodes": nodes}))
     s = report.write_report(d)
     assert [(f["node"], f["figure"]) for f in s.slow_nodes] == [("n3", "pair_busbw")]
-    # against the median of the nodes' pair medians: n2 and n4 share one slow pair each
-    # (median 0.55), n1 and n5 none (1.0): median 0.55, so 0.1 / 0.55
-    assert s.slow_nodes[0]["ratio"] == pytest.approx(0.1 / 0.55, abs=1e-3)
+    # against the median of the pairs n3 is not in (all 1.0)
+    assert s.slow_nodes[0]["ratio"] == pytest.approx(0.1)
+    assert s.slow_nodes[0]["median"] == pytest.approx(1.0)
     assert s.pairs is not None and len(s.pairs["rows"]) == len(nodes)
     assert {r["size_bytes"] for r in s.pairs["rows"]} == {2**23}
     assert (d / "pairs.png").is_file()
@@ -151,6 +151,19 @@ def test_a_throttled_link_is_named_by_the_pair_sweep_alone(tmp_path: Path) -> No
     assert "cluster.pair-sweep" in suites
     _launched_pairs(d, nodes, set())  # healthy: nobody
     assert report.collect(d).slow_nodes == []
+
+
+def test_on_a_ring_of_three_the_slow_node_is_named_though_most_pairs_hold_it(
+    tmp_path: Path,
+) -> None:
+    """3 nodes, 3 pairs, 2 of them with the throttled n3: the median of all pairs is slow,
+    so each node is judged against the pairs it is not in (n3: the one fast pair)."""
+    nodes = ["n1", "n2", "n3"]
+    d = _run(tmp_path, "cpu", {"n1": 100.0, "n2": 101.0, "n3": 99.0})
+    _launched_pairs(d, nodes, {"n3"})
+    (d / "run.json").write_text(json.dumps({"run_id": "r", "nodes": nodes}))
+    s = report.collect(d)
+    assert [(f["node"], f["ratio"]) for f in s.slow_nodes] == [("n3", 0.1)]
 
 
 def test_a_pair_with_one_result_missing_gives_no_row(tmp_path: Path) -> None:
