@@ -337,13 +337,30 @@ def block_output(node: config.Node, rule: str) -> None:
 
 
 def clear_faults(node: config.Node) -> None:
-    """Remove the fault table and bring the link up (safe when nothing was injected)."""
+    """Remove the fault table and any link shaping, bring the link up (safe when nothing
+    was injected)."""
     subprocess.run(
         ["ip", "netns", "exec", node.netns, "nft", "delete", "table", "inet", FAULT_TABLE],
         capture_output=True,
         check=False,
     )
+    throttle(node, None)
     link(node, up=True)
+
+
+def throttle(node: config.Node, kbit: int | None) -> None:
+    """Shape what the node sends on its cluster link to ``kbit`` kbit/s (a token bucket,
+    tc-tbf(8)); None removes the shaping."""
+    base = ["ip", "netns", "exec", node.netns, "tc", "qdisc"]
+    if kbit is None:
+        subprocess.run([*base, "del", "dev", "eth0", "root"], capture_output=True, check=False)
+        return
+    subprocess.run(
+        [*base, "replace", "dev", "eth0", "root", "tbf", "rate", f"{kbit}kbit",
+         "burst", "256kb", "latency", "200ms"],
+        capture_output=True,
+        check=True,
+    )  # fmt: skip
 
 
 def link(node: config.Node, *, up: bool) -> None:

@@ -44,6 +44,7 @@ from testbed_lib import (
     processes,
     summary,
     tbctl,
+    throttle,
     verify,
     wait_for,
     wait_no_leftovers,
@@ -52,7 +53,7 @@ from testbed_lib import (
 
 pytestmark = [
     pytest.mark.faults,
-    *cluster_marks(timeout=1800, tools=("debootstrap", "nft")),
+    *cluster_marks(timeout=1800, tools=("debootstrap", "nft", "tc")),
 ]
 
 sys.path.insert(0, str(REPO / "testbed"))
@@ -358,6 +359,49 @@ def test_rendezvous_port_blocked_stops_in_the_precheck(cluster: list[config.Node
     assert s["status"] == "fail"
     assert fails(s, "node2", "node2 -> node1 (10.213.0.11:29500, rendezvous)"), s["failures"]
     record("rdzv_blocked", verify_s=round(ver.seconds, 1), status=s["status"])
+
+
+def test_throttled_link_names_that_node_slow(cluster: list[config.Node]) -> None:
+    """node3's cluster link shaped (tc tbf in its namespace) to a tenth of the pair busbw a
+    healthy run measured: verify's pair sweep names node3 slow, with its ratio, and no other
+    node; the healthy run before names nobody. The node's own all-reduce is untouched, so
+    only the cross-node pairs can see it (issue 30)."""
+    node3 = by_name("node3")
+    args = (*CLUSTER_ONLY, "-e verify_run_train=false")
+    ok_id = run_id("unthrottled")
+    ok = verify(ok_id, *args, log=OUT / "unthrottled-verify.log", timeout=900)
+    assert ok.rc == 0, ok.tail()
+    healthy = summary(ok_id)
+    assert healthy["slow_nodes"] == [], healthy["slow_nodes"]
+    rows = healthy["pairs"]["rows"]
+    assert len(rows) == 3, rows  # the ring of 3: (1,2) (2,3) (3,1)
+    busbw = sorted(float(r["busbw"]) for r in rows)[1]  # GB/s, one direction's bytes per s
+    kbit = max(64, int(busbw * 1e9 / 10 * 8 / 1000))
+    slow_id = run_id("throttled")
+    throttle(node3, kbit)
+    try:
+        ver = verify(slow_id, *args, log=OUT / "throttled-verify.log", timeout=900)
+    finally:
+        throttle(node3, None)
+    s = summary(slow_id)
+    named = [(f["node"], f["figure"]) for f in s["slow_nodes"]]
+    record(
+        "throttled_link",
+        healthy_pair_busbw_gbs=round(busbw, 4),
+        shaped_to_kbit=kbit,
+        named=named,
+        ratio=[f["ratio"] for f in s["slow_nodes"]],
+        pair_busbw=sorted(
+            (r["a"], r["b"], round(float(r["busbw"]), 4)) for r in s["pairs"]["rows"]
+        ),
+        verify_s=round(ver.seconds, 1),
+    )
+    assert ("node3", "pair_busbw") in named and {n for n, _ in named} == {"node3"}, named
+    (found,) = [f for f in s["slow_nodes"] if f["figure"] == "pair_busbw"]
+    assert found["ratio"] < 0.33, found
+    md = (REPO / "reports" / slow_id / "summary.md").read_text()
+    assert "| node3 | pair_busbw |" in md.split("## Slow nodes")[1], md[-3000:]
+    assert (REPO / "reports" / slow_id / "pairs.png").is_file()
 
 
 def test_link_cut_during_allreduce(cluster: list[config.Node]) -> None:
