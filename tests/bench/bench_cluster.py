@@ -70,9 +70,14 @@ CLUSTER_ONLY = (
 TARGETS = {
     "verify_overhead": ("<=", 2.0),
     "fidelity_largest": (">=", 0.95),
-    "provision_scale": ("<=", 1.3),
     "failure_detection": ("<=", 1.2),
+    # issue 32: the controller's CPU seconds per node added (3 nodes - 1 node, over 2), what a
+    # site with hundreds of nodes pays on its controller; the nodes' share runs on their own
+    "provision_controller_cpu_s_per_added_node": ("<=", 1.0),
+    "verify_controller_cpu_s_per_added_node": ("<=", 1.5),
 }
+# the 3-node / 1-node wall ratio of a converged rerun: kept as a figure without a target
+# (issue 32: on 2 shared cores it measures the machine, not gpufleet)
 
 
 def say(msg: str) -> None:
@@ -177,6 +182,10 @@ def bench_provision(out: Path, repeats: int) -> dict[str, Any]:
         return median([x[field] for x in runs[key]])
 
     return {
+        "controller_cpu_s_per_added_node": (
+            med("three", "controller_cpu_s") - med("one", "controller_cpu_s")
+        )
+        / 2,
         "one_node": runs["one"],
         "three_nodes": runs["three"],
         "one_node_s": [x["wall_s"] for x in runs["one"]],
@@ -190,19 +199,27 @@ def bench_provision(out: Path, repeats: int) -> dict[str, Any]:
 
 
 def bench_overhead(out: Path, repeats: int) -> dict[str, Any]:
+    """verify's cluster step on 3 nodes against a bare torchrun (the overhead), and against
+    the same step on node1 alone (the controller CPU per added node), alternating."""
     bare: list[float] = []
     ver: list[float] = []
+    ctl: dict[str, list[float]] = {"one": [], "three": []}
     for i in range(repeats):
         say(f"bare torchrun all-reduce by hand {i + 1}/{repeats}")
         took, _ = bare_launch(
             out, "bare", [f"--sizes {SIZES}", f"--warmup {WARMUP}", f"--iters {ITERS}"]
         )
         bare.append(took)
-        say(f"make verify, cluster step only {i + 1}/{repeats}")
-        rid = f"bench-cluster-{i}-{time.strftime('%H%M%S')}"
-        r = verify(rid, *CLUSTER_ONLY, log=out / f"verify-cluster-{i}.log")
-        need(r.rc == 0, "make verify (cluster step) failed", r)
-        ver.append(r.seconds)
+        for limit, key in (("node1", "one"), ("", "three")):
+            say(f"make verify, cluster step only, {limit or 'all 3 nodes'} {i + 1}/{repeats}")
+            rid = f"bench-cluster-{key}-{i}-{time.strftime('%H%M%S')}"
+            extra = (f"--limit {limit}",) if limit else ()
+            ctl0 = _controller_cpu_s()
+            r = verify(rid, *CLUSTER_ONLY, *extra, log=out / f"verify-cluster-{key}-{i}.log")
+            ctl[key].append(_controller_cpu_s() - ctl0)
+            need(r.rc == 0, f"make verify (cluster step, {limit or 'all'}) failed", r)
+            if key == "three":
+                ver.append(r.seconds)
     say("make verify, full (checks, smoke suite, pre-check, cluster, report)")
     r = verify(f"bench-full-{time.strftime('%H%M%S')}", log=out / "verify-full.log")
     need(r.rc == 0, "make verify (full) failed", r)
@@ -212,6 +229,8 @@ def bench_overhead(out: Path, repeats: int) -> dict[str, Any]:
         "verify_full_s": r.seconds,
         "ratio": median(ver) / median(bare),
         "ratio_full": r.seconds / median(bare),
+        "controller_cpu_s": ctl,
+        "controller_cpu_s_per_added_node": (median(ctl["three"]) - median(ctl["one"])) / 2,
     }
 
 
@@ -309,10 +328,14 @@ def table(res: dict[str, Any]) -> str:
         ("measurement fidelity (gpufleet / bare busbw, largest size)", "fidelity_largest",
          f"{f['fidelity']['ratio']:.3f}",
          ", ".join(f"{_size(int(k))}: {v['ratio']:.3f}" for k, v in f["fidelity"]["sizes"].items())),
-        ("provisioning scale (3 nodes / 1 node, converged rerun)", "provision_scale",
-         f"{f['provision_scale']['ratio']:.2f}",
-         f"{median(f['provision_scale']['three_nodes_s']):.1f} s / "
-         f"{median(f['provision_scale']['one_node_s']):.1f} s"),
+        ("provisioning rerun: controller CPU-s per added node", "provision_controller_cpu_s_per_added_node",
+         f"{f['provision_scale']['controller_cpu_s_per_added_node']:.2f}",
+         f"3 nodes {median([x['controller_cpu_s'] for x in f['provision_scale']['three_nodes']]):.1f} "
+         f"CPU-s, 1 node {median([x['controller_cpu_s'] for x in f['provision_scale']['one_node']]):.1f}"),
+        ("verify cluster step: controller CPU-s per added node", "verify_controller_cpu_s_per_added_node",
+         f"{f['verify_overhead']['controller_cpu_s_per_added_node']:.2f}",
+         f"3 nodes {median(f['verify_overhead']['controller_cpu_s']['three']):.1f} CPU-s, "
+         f"1 node {median(f['verify_overhead']['controller_cpu_s']['one']):.1f}"),
         ("failure detection (verdict after link cut / timeout)", "failure_detection",
          f"{f['failure_detection']['ratio']:.2f}",
          f"{f['failure_detection']['verdict_after_cut_s']:.1f} s / "
@@ -328,6 +351,11 @@ def table(res: dict[str, Any]) -> str:
             f"| {label} | {value} | {op} {target} | {verdict(key, float(value))} | {detail} |"
         )
     ps = f["provision_scale"]
+    lines.append(
+        f"| (provisioning scale, 3 nodes / 1 node wall, converged rerun; no target) "
+        f"| {ps['ratio']:.2f} | - | - | {median(ps['three_nodes_s']):.1f} s / "
+        f"{median(ps['one_node_s']):.1f} s |"
+    )
     lines.append(
         f"| (provisioning: CPU work 3 nodes / 1 node; machine busy during the 3-node run) "
         f"| {ps['cpu_work_ratio']:.2f} | - | - | {ps['three_nodes_utilisation'] * 100:.0f} % of "
@@ -383,9 +411,16 @@ def main() -> int:
         "verdicts": {
             "verify_overhead": verdict("verify_overhead", figures["verify_overhead"]["ratio"]),
             "fidelity_largest": verdict("fidelity_largest", figures["fidelity"]["ratio"]),
-            "provision_scale": verdict("provision_scale", figures["provision_scale"]["ratio"]),
             "failure_detection": verdict(
                 "failure_detection", figures["failure_detection"]["ratio"]
+            ),
+            "provision_controller_cpu_s_per_added_node": verdict(
+                "provision_controller_cpu_s_per_added_node",
+                figures["provision_scale"]["controller_cpu_s_per_added_node"],
+            ),
+            "verify_controller_cpu_s_per_added_node": verdict(
+                "verify_controller_cpu_s_per_added_node",
+                figures["verify_overhead"]["controller_cpu_s_per_added_node"],
             ),
         },
         "wall_s": round(time.monotonic() - t0, 1),
