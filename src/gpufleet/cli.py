@@ -32,6 +32,7 @@ COMMANDS: tuple[str, ...] = (
     "dcgm",
     "slurm",
     "health",
+    "profile",
 )
 
 
