@@ -1,0 +1,659 @@
+"""Platform checks users asked for after failures the other checks missed (issue 30 item 5).
+
+Four checks of what sits under NCCL, each a reader of the system (sysfs, /proc, one command)
+and a pure verdict returning a :class:`gpufleet.results.Record`:
+
+* ``pcie_acs``: PCI Access Control Services (ACS) enabled on a PCIe bridge above a GPU or an
+  HCA redirects peer-to-peer traffic up to the root complex, so GPU Direct P2P/RDMA crawls or
+  all-reduce hangs; NCCL's troubleshooting says to check ``ACSCtl:`` in ``lspci -vvv``
+  (``SrcValid+``: enabled) and to disable ACS in the BIOS or with ``setpci``.
+  https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#pci-access-control-services-acs
+  The NCCL maintainers' first question on a hang (https://github.com/NVIDIA/nccl/issues/85,
+  https://github.com/NVIDIA/nccl/issues/257).
+* ``iommu_mode``: an IOMMU translating DMA addresses (not passthrough) breaks or slows GPU
+  Direct: GPUDirect RDMA relies on all PCIe devices seeing the same physical addresses, so an
+  IOMMU must be off or in pass-through mode (GPUDirect RDMA, Design Considerations,
+  https://docs.nvidia.com/cuda/gpudirect-rdma/index.html; NCCL troubleshooting, same section).
+* ``peermem_registered``: GPUDirect RDMA through ``nvidia-peermem`` needs the module loaded
+  *and* registered with the kernel's peer-memory API: ``/sys/kernel/mm/memory_peers/nv_mem/
+  version`` (or ``nv_mem_nc``) exists once it is. Loaded but unregistered, NCCL reports "GPU
+  Direct RDMA Disabled" (https://github.com/NVIDIA/nccl/issues/1939); NCCL's own probe reads
+  these paths (``ncclIbGdrSupport`` in net_ib.cc, https://github.com/NVIDIA/nccl).
+* ``fabric_manager_version``: on an NVSwitch system Fabric Manager refuses to start unless
+  its version equals the driver's exactly, and the GPUs then never join the fabric (CUDA
+  error 802). Fabric Manager user guide,
+  https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html;
+  https://github.com/NVIDIA/gpu-operator/issues/544.
+
+Readers take a filesystem ``root`` (tests pass a fake tree) and a :data:`Runner` for commands.
+A check that cannot look (no sysfs, ``lspci`` missing, not root) is ``incomplete``, never
+``fail``. :func:`platform_records` runs all four. docs/platform-checks.md has the details.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpufleet.node.health._common import rec as make_record
+from gpufleet.node.nvswitch import FM_BINARY, parse_fm_version
+from gpufleet.planning.pci import PciDevice, nvswitches
+from gpufleet.results import Record
+
+PCIE_ACS = "pcie_acs"
+IOMMU_MODE = "iommu_mode"
+PEERMEM_REGISTERED = "peermem_registered"
+FM_DRIVER_VERSION = "fabric_manager_version"
+
+NVIDIA_VENDOR = "10de"
+MELLANOX_VENDOR = "15b3"  # Mellanox / NVIDIA networking (ConnectX, BlueField)
+#: PCI class prefixes: GPUs 0x03xx (display), HCAs 0x0207 (InfiniBand), 0x0200 (Ethernet/RoCE).
+GPU_CLASS_PREFIX = "03"
+HCA_CLASSES = ("0207", "0200")
+#: ACSCtl bits that send peer-to-peer traffic up to the root complex: NCCL's test is
+#: SrcValid+; request and completion redirect are the bits that do the redirecting.
+ACS_P2P_FLAGS = ("SrcValid", "ReqRedir", "CmpltRedir")
+#: Peer-memory clients nvidia-peermem registers (nv_mem; nv_mem_nc on some builds).
+MEMORY_PEERS = ("nv_mem", "nv_mem_nc")
+PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+#: /sys/kernel/iommu_groups/<n>/type: identity is passthrough, DMA and DMA-FQ translate.
+IOMMU_IDENTITY = "identity"
+
+_BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
+_DRIVER_VERSION = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)")
+
+ACS_REMEDY = (
+    "disable ACS on the named bridges: in the BIOS (ACS, or VT-d/IOMMU where no VM or SR-IOV "
+    "needs it), or with `setpci -s <bridge> ECAP_ACS+0x6.w=0000` for each bridge at every "
+    "boot (NCCL troubleshooting, PCI Access Control Services); then rerun the check"
+)
+ACS_INCOMPLETE_REMEDY = (
+    "run the check as root with pciutils installed (`dnf install pciutils`): `lspci -vvv` "
+    "shows the ACS capability only to root"
+)
+IOMMU_REMEDY = (
+    "boot with the IOMMU in passthrough: `grubby --update-kernel=ALL --args='iommu=pt'` "
+    "(Intel: `intel_iommu=on iommu=pt`; AMD: `amd_iommu=on iommu=pt`), then reboot; or turn "
+    "VT-d/AMD-Vi off in the BIOS where no VM or SR-IOV needs it"
+)
+IOMMU_INCOMPLETE_REMEDY = "run the check on the host with /proc and /sys mounted"
+PEERMEM_LOAD_REMEDY = (
+    "`modprobe nvidia-peermem` and load it at boot: `echo nvidia-peermem > "
+    "/etc/modules-load.d/nvidia-peermem.conf` (`make provision` does, role infiniband)"
+)
+PEERMEM_REGISTER_REMEDY = (
+    "nvidia-peermem was built without the peer-memory API of the ib_core in use: reinstall "
+    "(rebuild) the NVIDIA driver after MLNX_OFED/DOCA-OFED so nvidia-peermem links against "
+    "its ib_core, `rmmod nvidia_peermem; modprobe nvidia-peermem`, and check `dmesg | grep "
+    "peermem`"
+)
+PCI_INCOMPLETE_REMEDY = "run the check on the host with /sys mounted"
+DRIVER_INCOMPLETE_REMEDY = (
+    "load the NVIDIA driver (see the driver_loaded check), then rerun the check"
+)
+
+
+def fm_remedy(driver: str) -> str:
+    return (
+        f"install Fabric Manager of exactly the driver's version: `dnf install "
+        f"nvidia-fabricmanager-{driver}` (older branches name it nvidia-fabric-manager; "
+        "EL8/9 module streams: the stream's fm profile), lock both to that version, then "
+        "`systemctl restart nvidia-fabricmanager`"
+    )
+
+
+# --------------------------------------------------------------------------- commands
+
+
+@dataclass(frozen=True)
+class CommandOutput:
+    returncode: int
+    stdout: str
+    stderr: str = ""
+
+
+#: Runs argv; returns None when the command is not installed.
+Runner = Callable[[Sequence[str]], CommandOutput | None]
+
+
+def run_command(argv: Sequence[str], timeout_s: float = 10.0) -> CommandOutput | None:
+    """The default :data:`Runner`: None when ``argv[0]`` is not installed (``lspci`` lives in
+    /usr/sbin, which a user's PATH may lack); a timeout reads as return code -1."""
+    exe = shutil.which(argv[0]) or shutil.which(argv[0], path="/usr/sbin:/sbin:/usr/bin:/bin")
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [exe, *argv[1:]], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except FileNotFoundError:
+        return None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return CommandOutput(-1, "", f"{argv[0]}: {exc}")
+    return CommandOutput(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+
+
+# --------------------------------------------------------------------------- PCI topology
+
+
+@dataclass(frozen=True)
+class PciFunction:
+    """One PCI function from sysfs and the bridges above it (root port first)."""
+
+    address: str
+    vendor: str  # "10de", no 0x
+    device: str
+    pci_class: str  # "030200", no 0x
+    bridges: tuple[str, ...]
+    virtual: bool = False  # an SR-IOV virtual function
+
+    @property
+    def kind(self) -> str | None:
+        """ "GPU", "HCA" or None."""
+        if self.vendor == NVIDIA_VENDOR and self.pci_class.startswith(GPU_CLASS_PREFIX):
+            return "GPU"
+        if self.vendor == MELLANOX_VENDOR and self.pci_class[:4] in HCA_CLASSES:
+            return None if self.virtual else "HCA"
+        return None
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind or 'device'} {self.address}"
+
+
+def _bridges(real: Path) -> tuple[str, ...]:
+    """BDF path components between the host bridge (pciDDDD:BB) and the device itself."""
+    parts = real.parts
+    start = next((i for i, p in enumerate(parts) if _HOST_BRIDGE.match(p)), None)
+    if start is None:
+        return ()
+    chain = [p for p in parts[start + 1 :] if _BDF.match(p)]
+    return tuple(chain[:-1])
+
+
+def read_pci(root: Path | str = "/") -> list[PciFunction] | None:
+    """Every function under ``<root>/sys/bus/pci/devices``; None when that is absent."""
+    bus = Path(root) / "sys/bus/pci/devices"
+    if not bus.is_dir():
+        return None
+    found = []
+    for link in sorted(bus.iterdir()):
+        vendor, device, klass = (_read(link / n) for n in ("vendor", "device", "class"))
+        if vendor is None or klass is None:
+            continue
+        found.append(
+            PciFunction(
+                address=link.name.lower(),
+                vendor=vendor.lower().removeprefix("0x"),
+                device=(device or "").lower().removeprefix("0x"),
+                pci_class=klass.lower().removeprefix("0x"),
+                bridges=_bridges(link.resolve()),
+                virtual=(link / "physfn").exists(),
+            )
+        )
+    return found
+
+
+def endpoints(functions: Sequence[PciFunction]) -> list[PciFunction]:
+    """The GPUs and HCAs (physical functions) among ``functions``."""
+    return [f for f in functions if f.kind is not None]
+
+
+def gpu_count(functions: Sequence[PciFunction] | None) -> int | None:
+    if functions is None:
+        return None
+    return sum(1 for f in functions if f.kind == "GPU")
+
+
+# --------------------------------------------------------------------------- ACS
+
+
+@dataclass(frozen=True)
+class BridgeAcs:
+    """One bridge's ACS control as ``lspci -vvv`` shows it."""
+
+    address: str
+    root_port: bool
+    enabled: tuple[str, ...] = ()  # the ACSCtl flags that are "+"
+    has_acs: bool = False
+    error: str | None = None  # why it could not be read
+
+    @property
+    def redirects(self) -> tuple[str, ...]:
+        return tuple(f for f in self.enabled if f in ACS_P2P_FLAGS)
+
+
+def parse_acs_ctl(text: str) -> tuple[bool, tuple[str, ...]] | None:
+    """(has ACS, flags set) from ``lspci -vvv -s <bdf>`` output; None when the extended
+    capabilities are hidden (``<access denied>``: not root) or the output is no device's.
+
+    ``ACSCtl:	SrcValid+ TransBlk- ReqRedir+ CmpltRedir+ UpstreamFwd+ EgressCtrl- ...``
+    """
+    if "<access denied>" in text or "Capabilities:" not in text:
+        return None
+    for line in text.splitlines():
+        head, sep, flags = line.strip().partition(":")
+        if sep and head == "ACSCtl":
+            return True, tuple(f[:-1] for f in flags.split() if f.endswith("+"))
+    return False, ()
+
+
+def read_bridge_acs(address: str, root_port: bool, run: Runner) -> BridgeAcs | None:
+    """One bridge's ACS; None when lspci is not installed."""
+    out = run(["lspci", "-vvv", "-s", address])
+    if out is None:
+        return None
+    if out.returncode != 0:
+        why = (out.stderr or out.stdout).strip().splitlines()[:1]
+        return BridgeAcs(address, root_port, error=f"lspci exit {out.returncode}: {''.join(why)}")
+    parsed = parse_acs_ctl(out.stdout)
+    if parsed is None:
+        return BridgeAcs(
+            address, root_port,
+            error="capabilities hidden (<access denied>: lspci needs root)"
+            if "<access denied>" in out.stdout else "no lspci output for the bridge",
+        )  # fmt: skip
+    has_acs, flags = parsed
+    return BridgeAcs(address, root_port, enabled=flags, has_acs=has_acs)
+
+
+@dataclass(frozen=True)
+class AcsFacts:
+    devices: tuple[PciFunction, ...] | None  # GPUs and HCAs; None: no PCI sysfs
+    bridges: Mapping[str, BridgeAcs] = field(default_factory=dict)
+    lspci_missing: bool = False
+
+
+def read_acs(
+    root: Path | str = "/", run: Runner = run_command,
+    functions: Sequence[PciFunction] | None = None,
+) -> AcsFacts:  # fmt: skip
+    """The GPUs and HCAs, and the ACS control of every bridge above them."""
+    funcs = read_pci(root) if functions is None else functions
+    if funcs is None:
+        return AcsFacts(devices=None)
+    devices = tuple(endpoints(funcs))
+    roots = {d.bridges[0] for d in devices if d.bridges}
+    order = sorted({b for d in devices for b in d.bridges})
+    bridges: dict[str, BridgeAcs] = {}
+    for bdf in order:
+        acs = read_bridge_acs(bdf, bdf in roots, run)
+        if acs is None:
+            return AcsFacts(devices=devices, lspci_missing=True)
+        bridges[bdf] = acs
+    return AcsFacts(devices=devices, bridges=bridges)
+
+
+def _below(bridge: str, devices: Sequence[PciFunction]) -> str:
+    return ", ".join(d.label for d in devices if bridge in d.bridges)
+
+
+def pcie_acs(facts: AcsFacts) -> Record:
+    """No PCIe switch port above a GPU or HCA redirects peer traffic (ACS off): fail on a
+    switch port with ACS on, warn on a root port with ACS on (peer traffic between root ports
+    crosses the root complex anyway, but NCCL's advice is ACS off on every bridge)."""
+    threshold = "ACSCtl " + "- ".join(ACS_P2P_FLAGS) + "- on bridges above GPUs/HCAs"
+    if facts.devices is None:
+        return make_record(
+            PCIE_ACS, "incomplete", "/sys/bus/pci/devices is absent: the PCI topology "
+            "cannot be read.", threshold=threshold, remedy=PCI_INCOMPLETE_REMEDY,
+        )  # fmt: skip
+    if not facts.devices:
+        return make_record(
+            PCIE_ACS, "skip", "no NVIDIA GPU and no Mellanox/NVIDIA HCA on the PCI bus"
+        )
+    if not any(d.bridges for d in facts.devices):
+        return make_record(
+            PCIE_ACS, "skip",
+            f"no PCIe bridge above {', '.join(d.label for d in facts.devices)} (devices on "
+            "the root bus, as in a VM): the bridges' ACS is the host's",
+        )  # fmt: skip
+    if facts.lspci_missing:
+        return make_record(
+            PCIE_ACS, "incomplete", "lspci is not installed: the bridges' ACS control cannot "
+            "be read.", threshold=threshold, remedy=ACS_INCOMPLETE_REMEDY,
+        )  # fmt: skip
+    value = {
+        b.address: {
+            "root_port": b.root_port,
+            "acs": b.has_acs,
+            "enabled": list(b.enabled),
+            "error": b.error,
+        }
+        for b in facts.bridges.values()
+    }
+    on = [b for b in facts.bridges.values() if b.redirects]
+    unread = [b for b in facts.bridges.values() if b.error]
+    switch_on = [b for b in on if not b.root_port]
+    root_on = [b for b in on if b.root_port]
+
+    def describe(bs: Sequence[BridgeAcs]) -> str:
+        return "; ".join(
+            f"bridge {b.address} (ACSCtl {' '.join(f + '+' for f in b.redirects)}) above "
+            f"{_below(b.address, facts.devices or ())}"
+            for b in bs
+        )
+
+    unread_text = "; ".join(f"{b.address}: {b.error}" for b in unread)
+    if switch_on:
+        extra = f" Also unreadable: {unread_text}." if unread else ""
+        return make_record(
+            PCIE_ACS, "fail",
+            f"ACS enabled on {len(switch_on)} PCIe switch port(s): {describe(switch_on)}: "
+            "peer-to-peer traffic goes up to the root complex (GPU Direct P2P/RDMA slow, "
+            f"all-reduce may hang).{extra}",
+            value=value, threshold=threshold, remedy=ACS_REMEDY,
+        )  # fmt: skip
+    if unread:
+        return make_record(
+            PCIE_ACS, "incomplete",
+            f"ACS control of {len(unread)} of {len(facts.bridges)} bridge(s) unreadable: "
+            f"{unread_text}.",
+            value=value, threshold=threshold, remedy=ACS_INCOMPLETE_REMEDY,
+        )  # fmt: skip
+    if root_on:
+        return make_record(
+            PCIE_ACS, "warn",
+            f"ACS enabled on {len(root_on)} root port(s): {describe(root_on)}; no switch port "
+            "redirects. Peer traffic between root ports is validated at the root complex.",
+            value=value, threshold=threshold, remedy=ACS_REMEDY,
+        )  # fmt: skip
+    return make_record(
+        PCIE_ACS, "pass",
+        f"ACS redirect off on all {len(facts.bridges)} bridge(s) above "
+        f"{len(facts.devices)} GPU(s)/HCA(s).",
+        value=value, threshold=threshold,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- IOMMU
+
+
+@dataclass(frozen=True)
+class IommuFacts:
+    cmdline: str | None  # /proc/cmdline; None: unreadable
+    units: tuple[str, ...]  # /sys/class/iommu entries: dmar0 (Intel), ivhd0 (AMD)
+    groups: int | None  # entries of /sys/kernel/iommu_groups; None: no such directory
+    domains: Mapping[str, str | None]  # GPU/HCA address -> its group's type (None: none)
+    gpus: int | None  # NVIDIA GPUs on the PCI bus; None: PCI sysfs unreadable
+
+
+def iommu_args(cmdline: str | None) -> list[str]:
+    """The IOMMU arguments of a kernel command line (``intel_iommu=on iommu=pt``)."""
+    words = (cmdline or "").split()
+    return [w for w in words if w.split("=", 1)[0].split(".", 1)[0].endswith("iommu")]
+
+
+def read_iommu(
+    root: Path | str = "/", functions: Sequence[PciFunction] | None = None
+) -> IommuFacts:
+    base = Path(root)
+    funcs = read_pci(root) if functions is None else functions
+    units_dir = base / "sys/class/iommu"
+    groups_dir = base / "sys/kernel/iommu_groups"
+    units = tuple(sorted(p.name for p in units_dir.iterdir())) if units_dir.is_dir() else ()
+    groups = len(list(groups_dir.iterdir())) if groups_dir.is_dir() else None
+    domains: dict[str, str | None] = {}
+    for f in endpoints(funcs or ()):
+        group = base / "sys/bus/pci/devices" / f.address / "iommu_group"
+        domains[f.address] = _read(group / "type") if group.exists() else None
+    return IommuFacts(
+        cmdline=_read(base / "proc/cmdline"),
+        units=units,
+        groups=groups,
+        domains=domains,
+        gpus=gpu_count(funcs),
+    )
+
+
+def iommu_state(facts: IommuFacts) -> tuple[str, str]:
+    """(mode, how it was found): mode is off, passthrough, translated or unknown."""
+    typed = {a: t for a, t in facts.domains.items() if t}
+    if typed:
+        translated = sorted(a for a, t in typed.items() if t != IOMMU_IDENTITY)
+        if translated:
+            return "translated", ", ".join(f"{a} domain {typed[a]}" for a in translated)
+        return "passthrough", f"{len(typed)} device(s) in identity domains"
+    if not facts.units and not facts.groups:
+        if facts.groups is None and facts.cmdline is None:
+            return "unknown", "/proc/cmdline and /sys/kernel/iommu_groups unreadable"
+        return "off", "no IOMMU unit in /sys/class/iommu and no IOMMU group"
+    args = iommu_args(facts.cmdline)
+    if "iommu=pt" in args or "iommu.passthrough=1" in args:
+        return "passthrough", "kernel command line " + " ".join(args)
+    return "translated", (
+        f"{len(facts.units)} IOMMU unit(s), {facts.groups or 0} group(s), no passthrough "
+        f"argument on the command line ({' '.join(args) or 'no IOMMU argument'})"
+    )
+
+
+def iommu_mode(facts: IommuFacts) -> Record:
+    """Off or passthrough where GPUs are: translated is a warn."""
+    threshold = "off or passthrough (iommu=pt)"
+    mode, how = iommu_state(facts)
+    args = " ".join(iommu_args(facts.cmdline)) or "none"
+    if facts.gpus is None:
+        return make_record(
+            IOMMU_MODE, "incomplete", "/sys/bus/pci/devices is absent: cannot tell whether "
+            f"GPUs are present (IOMMU {mode}: {how}).",
+            value=mode, threshold=threshold, remedy=PCI_INCOMPLETE_REMEDY,
+        )  # fmt: skip
+    if facts.gpus == 0:
+        return make_record(
+            IOMMU_MODE, "skip", f"no NVIDIA GPU on the PCI bus (IOMMU {mode})", value=mode
+        )
+    if mode == "unknown":
+        return make_record(
+            IOMMU_MODE, "incomplete", f"IOMMU mode unknown: {how}.",
+            value=mode, threshold=threshold, remedy=IOMMU_INCOMPLETE_REMEDY,
+        )  # fmt: skip
+    if mode == "translated":
+        return make_record(
+            IOMMU_MODE, "warn",
+            f"IOMMU translating DMA with {facts.gpus} GPU(s) present ({how}; kernel IOMMU "
+            f"arguments: {args}): GPU Direct P2P/RDMA traffic is remapped or blocked.",
+            value=mode, threshold=threshold, remedy=IOMMU_REMEDY,
+        )  # fmt: skip
+    return make_record(
+        IOMMU_MODE, "pass", f"IOMMU {mode} ({how}; kernel IOMMU arguments: {args}).",
+        value=mode, threshold=threshold,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- nvidia-peermem
+
+
+@dataclass(frozen=True)
+class PeermemFacts:
+    hcas: tuple[str, ...]  # /sys/class/infiniband entries
+    modules: tuple[str, ...]  # loaded peer-memory modules (/sys/module/<name>)
+    registered: tuple[str, ...]  # /sys/kernel/mm/memory_peers/<client>/version present
+    gpus: int | None
+
+
+def read_peermem(
+    root: Path | str = "/", functions: Sequence[PciFunction] | None = None
+) -> PeermemFacts:
+    base = Path(root)
+    ib = base / "sys/class/infiniband"
+    peers = base / "sys/kernel/mm/memory_peers"
+    return PeermemFacts(
+        hcas=tuple(sorted(p.name for p in ib.iterdir())) if ib.is_dir() else (),
+        modules=tuple(m for m in PEERMEM_MODULES if (base / "sys/module" / m).is_dir()),
+        registered=tuple(c for c in MEMORY_PEERS if (peers / c / "version").is_file()),
+        gpus=gpu_count(read_pci(root) if functions is None else functions),
+    )
+
+
+def peermem_registered(facts: PeermemFacts) -> Record:
+    """nvidia-peermem loaded and registered where an HCA and a GPU are present."""
+    threshold = "nvidia_peermem loaded, memory_peers/nv_mem registered"
+    paths = " or ".join(f"/sys/kernel/mm/memory_peers/{c}/version" for c in MEMORY_PEERS)
+    if not facts.hcas:
+        return make_record(
+            PEERMEM_REGISTERED, "skip",
+            "no InfiniBand/RoCE HCA (/sys/class/infiniband absent or empty): "
+            "no GPUDirect RDMA path",
+        )  # fmt: skip
+    hcas = ", ".join(facts.hcas)
+    if facts.gpus == 0:
+        return make_record(
+            PEERMEM_REGISTERED, "skip", f"HCA(s) {hcas} but no NVIDIA GPU: no GPUDirect RDMA path"
+        )
+    value = {"modules": list(facts.modules), "registered": list(facts.registered)}
+    if not facts.modules:
+        return make_record(
+            PEERMEM_REGISTERED, "fail",
+            f"HCA(s) {hcas}, but nvidia-peermem is not loaded (/sys/module/nvidia_peermem "
+            "absent): NCCL runs without GPUDirect RDMA, staging through host memory.",
+            value=value, threshold=threshold, remedy=PEERMEM_LOAD_REMEDY,
+        )  # fmt: skip
+    if not facts.registered:
+        return make_record(
+            PEERMEM_REGISTERED, "fail",
+            f"{facts.modules[0]} is loaded but not registered with the peer-memory API "
+            f"({paths} absent), HCA(s) {hcas}: NCCL reports GPU Direct RDMA disabled.",
+            value=value, threshold=threshold, remedy=PEERMEM_REGISTER_REMEDY,
+        )  # fmt: skip
+    return make_record(
+        PEERMEM_REGISTERED, "pass",
+        f"{facts.modules[0]} loaded and registered as {', '.join(facts.registered)}; "
+        f"HCA(s) {hcas}.",
+        value=value, threshold=threshold,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- Fabric Manager
+
+
+@dataclass(frozen=True)
+class FmVersionFacts:
+    nvswitches: tuple[str, ...] | None  # None: PCI sysfs unreadable
+    fm_version: str | None = None
+    fm_error: str | None = None  # not installed, failed, no version in its output
+    fm_missing: bool = False
+    driver_version: str | None = None
+    driver_source: str = "/proc/driver/nvidia/version"
+
+
+def parse_driver_version(text: str) -> str | None:
+    """``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  Release ...``
+    (or ``... x86_64 Kernel Module  570.133.20 ...``) -> "570.133.20"."""
+    m = _DRIVER_VERSION.search(text)
+    return m[1] if m else None
+
+
+def read_fm_version(
+    root: Path | str = "/", run: Runner = run_command,
+    functions: Sequence[PciFunction] | None = None, driver_version: str | None = None,
+) -> FmVersionFacts:  # fmt: skip
+    """NVSwitches from sysfs; on an NVSwitch system ``nv-fabricmanager --version`` and the
+    driver version (``driver_version``, e.g. NVML's, else /proc/driver/nvidia/version)."""
+    funcs = read_pci(root) if functions is None else functions
+    if funcs is None:
+        return FmVersionFacts(nvswitches=None)
+    switches = tuple(
+        nvswitches([PciDevice(f.address, f.vendor, f.device, f.pci_class[:4]) for f in funcs])
+    )
+    if not switches:
+        return FmVersionFacts(nvswitches=())
+    source = "NVML"
+    if driver_version is None:
+        source = "/proc/driver/nvidia/version"
+        text = _read(Path(root) / "proc/driver/nvidia/version")
+        driver_version = parse_driver_version(text) if text else None
+    out = run([FM_BINARY, "--version"])
+    if out is None:
+        return FmVersionFacts(
+            switches, fm_missing=True, fm_error=f"{FM_BINARY} not installed",
+            driver_version=driver_version, driver_source=source,
+        )  # fmt: skip
+    version = parse_fm_version(out.stdout + "\n" + out.stderr)
+    error = None
+    if out.returncode != 0 or version is None:
+        first = (out.stderr or out.stdout).strip().splitlines()[:1]
+        error = f"`{FM_BINARY} --version` exit {out.returncode}: {''.join(first) or 'no output'}"
+    return FmVersionFacts(
+        switches, fm_version=version if error is None else None, fm_error=error,
+        driver_version=driver_version, driver_source=source,
+    )  # fmt: skip
+
+
+def fabric_manager_version(facts: FmVersionFacts) -> Record:
+    """Fabric Manager's version equals the driver's on an NVSwitch system."""
+    if facts.nvswitches is None:
+        return make_record(
+            FM_DRIVER_VERSION, "incomplete", "/sys/bus/pci/devices is absent: cannot tell "
+            "whether this is an NVSwitch system.",
+            threshold="driver version", remedy=PCI_INCOMPLETE_REMEDY,
+        )  # fmt: skip
+    if not facts.nvswitches:
+        return make_record(
+            FM_DRIVER_VERSION, "skip", "no NVSwitch on the PCI bus: no Fabric Manager needed"
+        )
+    n = len(facts.nvswitches)
+    driver = facts.driver_version
+    if driver is None:
+        return make_record(
+            FM_DRIVER_VERSION, "incomplete",
+            f"{n} NVSwitch(es), but the driver version is unreadable ({facts.driver_source} "
+            "absent: the nvidia module is not loaded).",
+            value=facts.fm_version, threshold="driver version", remedy=DRIVER_INCOMPLETE_REMEDY,
+        )  # fmt: skip
+    if facts.fm_missing:
+        return make_record(
+            FM_DRIVER_VERSION, "fail",
+            f"{n} NVSwitch(es) and driver {driver}, but {FM_BINARY} is not installed: the "
+            "GPUs cannot join the NVSwitch fabric (CUDA error 802).",
+            value=None, threshold=driver, remedy=fm_remedy(driver),
+        )  # fmt: skip
+    if facts.fm_version is None:
+        return make_record(
+            FM_DRIVER_VERSION, "incomplete",
+            f"{n} NVSwitch(es), driver {driver}; Fabric Manager's version unreadable: "
+            f"{facts.fm_error}.",
+            value=None, threshold=driver,
+            remedy=f"run `{FM_BINARY} --version` by hand; if it fails, {fm_remedy(driver)}",
+        )  # fmt: skip
+    if facts.fm_version != driver:
+        return make_record(
+            FM_DRIVER_VERSION, "fail",
+            f"Fabric Manager {facts.fm_version} != driver {driver} ({facts.driver_source}) on "
+            f"{n} NVSwitch(es): Fabric Manager refuses to start and the GPUs are not trained "
+            "into the fabric.",
+            value=facts.fm_version, threshold=driver, remedy=fm_remedy(driver),
+        )  # fmt: skip
+    return make_record(
+        FM_DRIVER_VERSION, "pass",
+        f"Fabric Manager {facts.fm_version} = driver ({facts.driver_source}); {n} NVSwitch(es).",
+        value=facts.fm_version, threshold=driver,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- all four
+
+
+def platform_records(
+    root: Path | str = "/", run: Runner = run_command, driver_version: str | None = None
+) -> list[Record]:
+    """The four platform checks of this machine (or of a fake tree under ``root``), reading
+    the PCI bus once. ``driver_version``: the NVML driver version when the caller has it."""
+    funcs = read_pci(root)
+    return [
+        pcie_acs(read_acs(root, run, funcs)),
+        iommu_mode(read_iommu(root, funcs)),
+        peermem_registered(read_peermem(root, funcs)),
+        fabric_manager_version(read_fm_version(root, run, funcs, driver_version)),
+    ]
