@@ -317,7 +317,7 @@ def test_driver_choice_refusals_name_the_variable(
 def test_real_plan_feeds_the_choice(
     archs: tuple[str, ...], el: int, stream: str, flavor: str
 ) -> None:
-    plan = F.plan({"torch": "2.13.0", "os": f"rocky{el}", "gpu_archs": list(archs)})
+    plan = F.plan_check({"torch": "2.13.0", "os": f"rocky{el}", "gpu_archs": list(archs)})["plan"]
     c = F.nvidia_driver_choice(plan, el)
     assert (c["stream"], c["flavor"]) == (stream, flavor)
 
@@ -363,9 +363,11 @@ def test_stale_versionlock_entries_before_and_after_a_switch() -> None:
 
 
 # --------------------------------------------------------------------------- planner filters
-def test_plan_filter_accepts_dict_or_kwargs_and_returns_the_plan_dict() -> None:
-    a = F.plan({"torch": "2.13.0", "os": "rocky9", "gpu_archs": ["sm_80"], "variant": ""})
-    b = F.plan("2.13.0", os="rocky9", gpu_archs="sm_80", driver="")
+def test_plan_check_accepts_dict_or_kwargs_and_returns_the_plan_dict() -> None:
+    a = F.plan_check({"torch": "2.13.0", "os": "rocky9", "gpu_archs": ["sm_80"], "variant": ""})
+    b = F.plan_check("2.13.0", os="rocky9", gpu_archs="sm_80", driver="")
+    assert a["refused"] is None and b["refused"] is None
+    a, b = a["plan"], b["plan"]
     expected = make_plan(PlanRequest(torch="2.13.0", os="rocky9", gpu_archs=("sm_80",))).to_dict()
     assert a == b == expected
     for key in (
@@ -383,12 +385,9 @@ def test_plan_filter_accepts_dict_or_kwargs_and_returns_the_plan_dict() -> None:
         assert key in a
 
 
-def test_plan_filter_refusal_carries_the_paragraph_verbatim() -> None:
+def test_plan_check_refusal_carries_the_paragraph_verbatim() -> None:
     with pytest.raises(PlanRefused) as ref:
         make_plan(PlanRequest(torch="2.13.0", os="centos7"))
-    with pytest.raises(AnsibleFilterError) as exc:
-        F.plan({"torch": "2.13.0", "os": "centos7"})
-    assert exc.value.message == str(ref.value)
     assert "torch==2.6.0" in str(ref.value)  # the last versions that would work
     checked = F.plan_check({"torch": "2.13.0", "os": "centos7"})
     assert checked == {"plan": None, "refused": str(ref.value)}
@@ -402,9 +401,9 @@ def test_plan_filter_refusal_carries_the_paragraph_verbatim() -> None:
         (42, {}, "input must be a dict"),
     ],
 )
-def test_plan_filter_input_errors(data: Any, kwargs: dict[str, Any], words: str) -> None:
+def test_plan_check_input_errors(data: Any, kwargs: dict[str, Any], words: str) -> None:
     with pytest.raises(AnsibleFilterError, match=words):
-        F.plan(data, **kwargs)
+        F.plan_check(data, **kwargs)
 
 
 def test_gpus_from_lspci_keeps_gpus_only() -> None:
@@ -634,7 +633,7 @@ def test_el_target_and_the_planner_read_one_name_table(
     assert t["supported"] and (t["os"], t["name"]) == (os, name)
     assert osinfo.parse_os(dist + "9").name == name
     assert str(osinfo.parse_os(t["os"])) == f"{name} 9"
-    assert F.plan({"torch": "2.13.0", "os": t["os"]})["os_name"] == f"{name} 9"
+    assert F.plan_check({"torch": "2.13.0", "os": t["os"]})["plan"]["os_name"] == f"{name} 9"
 
 
 def test_supported_majors_and_el7_reasons_come_from_compat() -> None:
@@ -677,7 +676,7 @@ def test_driver_choice_takes_the_plan_object_or_its_dict() -> None:
 @pytest.mark.parametrize(
     "archs", ["sm_80,sm_90", "sm_80 sm_90", " sm_80, sm_90 ", ["sm_80", "sm_90"]]
 )
-def test_plan_filter_and_plan_request_normalise_alike(archs: Any) -> None:
+def test_plan_check_and_plan_request_normalise_alike(archs: Any) -> None:
     direct = make_plan(PlanRequest.from_mapping({"torch": "2.13.0", "gpu_archs": archs}))
-    assert F.plan("2.13.0", gpu_archs=archs) == direct.to_dict()
+    assert F.plan_check("2.13.0", gpu_archs=archs)["plan"] == direct.to_dict()
     assert direct.gpu_archs == ["sm_80", "sm_90"]

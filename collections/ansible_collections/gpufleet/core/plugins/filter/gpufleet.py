@@ -1,8 +1,6 @@
 """Filters through which the roles reach the gpufleet planner and its decisions.
 
-gpufleet.core.plan             inputs (dict and/or kwargs) -> plan dict; a refusal raises
-                               AnsibleFilterError carrying the planner's paragraph verbatim
-gpufleet.core.plan_check       same inputs -> {"plan": dict|None, "refused": str|None}
+gpufleet.core.plan_check       inputs (dict and/or kwargs) -> {"plan": dict|None, "refused": str|None}
                                (preflight collects refusals with the other problems)
 gpufleet.core.gpus_from_lspci  text of `lspci -nn -d 10de:` -> list of GPU dicts
 gpufleet.core.el_target        (distribution, major, arch[, release]) -> EL classification
@@ -41,13 +39,13 @@ def _request(data: object = None, **kwargs: Any) -> PlanRequest:
         data = {"torch": data}
     if not isinstance(data, Mapping):
         raise AnsibleFilterError(
-            "gpufleet.core.plan: input must be a dict of %s or a torch version string, got %s"
+            "gpufleet.core.plan_check: input must be a dict of %s or a torch version string, got %s"
             % (", ".join(planmod.REQUEST_FIELDS), type(data).__name__)
         )
     try:
         return planmod.PlanRequest.from_mapping({**data, **kwargs})
     except RefusedError as exc:
-        raise AnsibleFilterError("gpufleet.core.plan: %s" % exc) from None
+        raise AnsibleFilterError("gpufleet.core.plan_check: %s" % exc) from None
 
 
 def _make(request: PlanRequest) -> dict[str, Any]:
@@ -61,15 +59,6 @@ def _refusals() -> tuple[type[BaseException], ...]:
     with gpufleet_required():
         from gpufleet.errors import RefusedError
     return (RefusedError, ValueError)
-
-
-def plan(data: object = None, **kwargs: Any) -> dict[str, Any]:
-    request = _request(data, **kwargs)
-    try:
-        return _make(request)
-    except _refusals() as exc:
-        # the planner's paragraph, verbatim and without a chained traceback
-        raise AnsibleFilterError(str(exc)) from None
 
 
 def plan_check(data: object = None, **kwargs: Any) -> dict[str, Any]:
@@ -157,7 +146,6 @@ def dcgm_packages(major: int | str, cuda: str | None) -> list[str]:
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
-            "plan": plan,
             "plan_check": plan_check,
             "gpus_from_lspci": gpus_from_lspci,
             "el_target": el_target_filter,

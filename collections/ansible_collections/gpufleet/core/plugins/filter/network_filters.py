@@ -25,11 +25,6 @@ def cidr(value: str, name: str = "gpufleet_cluster_cidr") -> str:
     return netcfg.validated_cidr(value, name=name)
 
 
-def ip_address(value: str, name: str = "gpufleet_cluster_address") -> str:
-    """``'10.0.0.5' | gpufleet.core.ip_address`` -> normalised address or error."""
-    return netcfg.validated_address(value, name=name)
-
-
 def address_in_cidr(address: str, network: str) -> bool:
     """``addr | gpufleet.core.address_in_cidr(cidr)``."""
     return netcfg.address_in_cidr(address, network)
@@ -50,11 +45,6 @@ def interface_for_address(
 def node_addresses(facts: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``ansible_facts | gpufleet.core.node_addresses`` -> [{interface, address, ...}]."""
     return [asdict(a) for a in netcfg.node_addresses(facts)]
-
-
-def ifname(value: str, name: str = "cluster_network_interface") -> str:
-    """``name | gpufleet.core.ifname`` -> the name, or an error when it is not one."""
-    return netcfg.validated_ifname(value, name=name)
 
 
 def firewall_sources(values: Iterable[str]) -> list[str]:
@@ -80,12 +70,10 @@ class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         funcs = (
             cidr,
-            ip_address,
             address_in_cidr,
             cluster_address,
             interface_for_address,
             node_addresses,
-            ifname,
             firewall_sources,
             env_file_lines,
             peer_addresses,
