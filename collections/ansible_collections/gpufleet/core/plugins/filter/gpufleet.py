@@ -1,6 +1,7 @@
 """Filters through which the roles reach the gpufleet planner and its decisions.
 
-gpufleet.core.plan_check       inputs (dict and/or kwargs) -> {"plan": dict|None, "refused": str|None}
+gpufleet.core.plan_check       inputs (dict and/or kwargs) -> {"plan": dict|None,
+                               "refused": str|None}; the refusal is the planner's paragraph verbatim
                                (preflight collects refusals with the other problems)
 gpufleet.core.gpus_from_lspci  text of `lspci -nn -d 10de:` -> list of GPU dicts
 gpufleet.core.el_target        (distribution, major, arch[, release]) -> EL classification
