@@ -85,47 +85,38 @@ class ElRelease:
         return int(self.version_id.split(".")[0])
 
 
+def _release(key: str, distro_id: str, name: str, version_id: str, codename: str,
+             id_like: str, cpe: str, home_url: str) -> ElRelease:  # fmt: skip
+    """One ElRelease; the strings derived alike for every EL distribution are derived here."""
+    return ElRelease(
+        key=key,
+        distro_id=distro_id,
+        name=name,
+        version_id=version_id,
+        pretty_name=f"{name} {version_id} ({codename})",
+        release_line=f"{name} release {version_id} ({codename})",
+        release_file=f"/etc/{distro_id}-release",
+        id_like=id_like,
+        cpe=cpe,
+        home_url=home_url,
+        platform_id=f"platform:el{version_id.split('.', maxsplit=1)[0]}",
+    )
+
+
+# fmt: off
 RELEASES: dict[str, ElRelease] = {
-    "alma8": ElRelease(
-        key="alma8",
-        distro_id="almalinux",
-        name="AlmaLinux",
-        version_id="8.10",
-        pretty_name="AlmaLinux 8.10 (Cerulean Leopard)",
-        release_line="AlmaLinux release 8.10 (Cerulean Leopard)",
-        release_file="/etc/almalinux-release",
-        id_like="rhel centos fedora",
-        cpe="cpe:/o:almalinux:almalinux:8::baseos",
-        home_url="https://almalinux.org/",
-        platform_id="platform:el8",
-    ),
-    "rocky9": ElRelease(
-        key="rocky9",
-        distro_id="rocky",
-        name="Rocky Linux",
-        version_id="9.6",
-        pretty_name="Rocky Linux 9.6 (Blue Onyx)",
-        release_line="Rocky Linux release 9.6 (Blue Onyx)",
-        release_file="/etc/rocky-release",
-        id_like="rhel centos fedora",
-        cpe="cpe:/o:rocky:rocky:9::baseos",
-        home_url="https://rockylinux.org/",
-        platform_id="platform:el9",
-    ),
-    "centos10": ElRelease(
-        key="centos10",
-        distro_id="centos",
-        name="CentOS Stream",
-        version_id="10",
-        pretty_name="CentOS Stream 10 (Coughlan)",
-        release_line="CentOS Stream release 10 (Coughlan)",
-        release_file="/etc/centos-release",
-        id_like="rhel fedora",
-        cpe="cpe:/o:centos:centos:10",
-        home_url="https://centos.org/",
-        platform_id="platform:el10",
-    ),
+    r.key: r
+    for r in (
+        _release("alma8", "almalinux", "AlmaLinux", "8.10", "Cerulean Leopard",
+                 "rhel centos fedora", "cpe:/o:almalinux:almalinux:8::baseos",
+                 "https://almalinux.org/"),
+        _release("rocky9", "rocky", "Rocky Linux", "9.6", "Blue Onyx", "rhel centos fedora",
+                 "cpe:/o:rocky:rocky:9::baseos", "https://rockylinux.org/"),
+        _release("centos10", "centos", "CentOS Stream", "10", "Coughlan", "rhel fedora",
+                 "cpe:/o:centos:centos:10", "https://centos.org/"),
+    )
 }
+# fmt: on
 DEFAULT_MIX = ("alma8", "rocky9", "centos10")
 
 
