@@ -167,6 +167,19 @@ def driver_packages(branch: str, version: str) -> list[Pkg]:
             streams=open_streams if flavour == "open" else dkms_streams,
         )
 
+    def userspace(name: str, what: str, note: str, *needs: str) -> Pkg:
+        """A driver user-space stand-in: in every stream, a doc file, requires ``needs`` at dv."""
+        return Pkg(
+            name,
+            version,
+            "cuda",
+            f"{what} {version} (stand-in: {note})",
+            epoch=ep,
+            requires=[f"{n} = {dv}" for n in needs],
+            files=doc(name),
+            streams=common,
+        )
+
     fm_version = f"Fabric Manager version is : {version}"
     fabricmanager = Pkg(
         "nvidia-fabricmanager",
@@ -240,35 +253,21 @@ def driver_packages(branch: str, version: str) -> list[Pkg]:
         ),
         kmod_dkms("open", "open", "(stand-in, builds nothing)", f"nvidia-open-{version}"),
         kmod_dkms("latest", "proprietary", "(stand-in)", f"nvidia-{version}"),
-        Pkg(
+        userspace(
             "nvidia-driver",
-            version,
-            "cuda",
-            f"NVIDIA driver user space {version} (stand-in: no libraries, no tools)",
-            epoch=ep,
-            requires=[f"nvidia-driver-libs = {dv}", f"nvidia-kmod-common = {dv}"],
-            files=doc("nvidia-driver"),
-            streams=common,
-        ),
-        Pkg(
-            "nvidia-driver-cuda",
-            version,
-            "cuda",
-            f"NVIDIA CUDA driver tools {version} (stand-in: deliberately ships NO nvidia-smi)",
-            epoch=ep,
-            requires=[f"nvidia-driver = {dv}", f"nvidia-driver-libs = {dv}"],
-            files=doc("nvidia-driver-cuda"),
-            streams=common,
-        ),
-        Pkg(
+            "NVIDIA driver user space",
+            "no libraries, no tools",
             "nvidia-driver-libs",
-            version,
-            "cuda",
-            f"NVIDIA driver libraries {version} (stand-in: no libcuda, no libnvidia-ml)",
-            epoch=ep,
-            files=doc("nvidia-driver-libs"),
-            streams=common,
+            "nvidia-kmod-common",
         ),
+        userspace(
+            "nvidia-driver-cuda",
+            "NVIDIA CUDA driver tools",
+            "deliberately ships NO nvidia-smi",
+            "nvidia-driver",
+            "nvidia-driver-libs",
+        ),
+        userspace("nvidia-driver-libs", "NVIDIA driver libraries", "no libcuda, no libnvidia-ml"),
         Pkg(
             "nvidia-kmod-common",
             version,
