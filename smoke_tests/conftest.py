@@ -262,6 +262,35 @@ class Launch:
         )
 
 
+def torchrun_argv(worker: str, *, nproc: int, rdzv_timeout: int, nnodes: int = 1) -> list[str]:
+    """torchrun as node 0 of ``nnodes`` (static rendezvous on 127.0.0.1, a free port, no
+    restarts) running ``gpufleet.verify.workers.<worker>``; the worker's options follow.
+    tests/integration/test_smoke_timeouts.py starts its runs with it too."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nnodes),
+        "--nproc-per-node",
+        str(nproc),
+        "--node-rank",
+        "0",
+        "--rdzv-backend",
+        "static",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "--rdzv-conf",
+        f"timeout={rdzv_timeout}",
+        "--max-restarts",
+        "0",
+        "-m",
+        f"gpufleet.verify.workers.{worker}",
+    ]
+
+
 class Torchrun:
     """Start ``python -m torch.distributed.run -m gpufleet.verify.workers.<worker>``."""
 
@@ -275,28 +304,9 @@ class Torchrun:
         out_dir.mkdir(parents=True, exist_ok=True)
         n = nproc or self.mode.nproc
         timeout = float(self.config.getoption("--launch-timeout"))
+        rdzv_timeout = int(self.config.getoption("--gpufleet-timeout"))
         cmd = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "1",
-            "--nproc-per-node",
-            str(n),
-            "--node-rank",
-            "0",
-            "--rdzv-backend",
-            "static",
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            str(free_port()),
-            "--rdzv-conf",
-            f"timeout={int(self.config.getoption('--gpufleet-timeout'))}",
-            "--max-restarts",
-            "0",
-            "-m",
-            f"gpufleet.verify.workers.{worker}",
+            *torchrun_argv(worker, nproc=n, rdzv_timeout=rdzv_timeout),
             "--out-dir",
             str(out_dir),
             "--timeout",

@@ -3,19 +3,34 @@ a busbw gate that fails, and the env file read for torchrun."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-from gpufleet.node.netprobe import free_port
 from gpufleet.planning import network as netcfg
 from gpufleet.verify.workers import supervise
 
 pytestmark = pytest.mark.slow
+
+
+def _smoke_conftest() -> ModuleType:
+    """smoke_tests/conftest.py as a module (its torchrun_argv; the suite ships to nodes)."""
+    path = Path(__file__).resolve().parents[2] / "smoke_tests" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("gpufleet_smoke_conftest", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+SMOKE = _smoke_conftest()
 
 
 def test_supervisor_kills_the_whole_group_on_timeout(tmp_path: Path) -> None:
@@ -108,27 +123,7 @@ def _torchrun(
         "--env-file",
         env_file,
         "--",
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes",
-        str(nnodes),
-        "--node-rank",
-        "0",
-        "--nproc-per-node",
-        str(nproc),
-        "--rdzv-backend",
-        "static",
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(free_port()),
-        "--rdzv-conf",
-        f"timeout={rdzv_timeout}",
-        "--max-restarts",
-        "0",
-        "-m",
-        "gpufleet.verify.workers.allreduce",
+        *SMOKE.torchrun_argv("allreduce", nproc=nproc, rdzv_timeout=rdzv_timeout, nnodes=nnodes),
         "--out-dir",
         str(tmp_path / "ranks"),
         "--timeout",
