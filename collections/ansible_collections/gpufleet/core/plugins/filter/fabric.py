@@ -18,11 +18,11 @@ venv, `make setup`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
-    as_filters,
+    filter_module,
     gpufleet_required,
 )
 
@@ -35,35 +35,8 @@ def nvswitches_from_lspci(text: Any) -> list[str]:
     return fabricpkg.nvswitches_from_lspci(text or "")
 
 
-def fabric_needs(
-    switches: Sequence[str] | None,
-    gpu_archs: Sequence[str] | None = (),
-    fabricmanager: object = "auto",
-    nvlsm: object = "auto",
-) -> dict[str, Any]:
-    return fabricpkg.fabric_needs(switches, gpu_archs, fabricmanager, nvlsm)
-
-
 def module_profiles(text: Any) -> dict[str, list[str]]:
     return fabricpkg.parse_module_profiles(str(text or ""))
-
-
-def fabricmanager_names(
-    el_major: int | str,
-    profiles: Mapping[str, Sequence[str]] | None = None,
-    override: Sequence[str] | None = None,
-) -> list[str]:
-    return fabricpkg.fm_package_names(el_major, profiles, override)
-
-
-def fabricmanager_tx_specs(
-    el_major: int | str,
-    names: Sequence[str],
-    branch: str | None,
-    nvlsm: Sequence[str] = (),
-    installed: str | None = None,
-) -> list[str]:
-    return fabricpkg.transaction_specs(el_major, names, branch, nvlsm, installed or None)
 
 
 def fabricmanager_exact_specs(names: Sequence[str], driver_version: str) -> list[str]:
@@ -81,23 +54,16 @@ def ib_listing_raw(text: Any) -> dict[str, Any]:
     return ibports.raw_from_listing(str(text or ""))
 
 
-def nccl_ib_hca(raw: Mapping[str, Any], link_layer: str = "InfiniBand") -> list[str]:
-    return ibports.nccl_ib_hca(raw, link_layer)
-
-
-class FilterModule:
-    """gpufleet.core fabric and InfiniBand filters."""
-
-    def filters(self) -> dict[str, Callable[..., Any]]:
-        funcs = (
-            nvswitches_from_lspci,
-            fabric_needs,
-            module_profiles,
-            fabricmanager_names,
-            fabricmanager_tx_specs,
-            fabricmanager_exact_specs,
-            fabricmanager_mismatches,
-            ib_listing_raw,
-            nccl_ib_hca,
-        )
-        return as_filters(funcs, (ValueError, TypeError))
+# Registered as they are: the gpufleet functions take the filters' arguments unchanged
+# (transaction_specs reads an empty ``installed`` as none).
+FilterModule = filter_module(
+    "gpufleet.core fabric and InfiniBand filters.",
+    globals(),
+    (ValueError, TypeError),
+    direct={
+        "fabric_needs": fabricpkg.fabric_needs,
+        "fabricmanager_names": fabricpkg.fm_package_names,
+        "fabricmanager_tx_specs": fabricpkg.transaction_specs,
+        "nccl_ib_hca": ibports.nccl_ib_hca,
+    },
+)

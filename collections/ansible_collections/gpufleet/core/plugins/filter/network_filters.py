@@ -7,12 +7,12 @@ fails with the message that names the variable to fix.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
-    as_filters,
+    filter_module,
     gpufleet_required,
 )
 
@@ -64,18 +64,6 @@ def peer_addresses(
     return netcfg.peer_addresses(hostvars, hosts, network)
 
 
-class FilterModule:
-    """gpufleet.core network filters."""
-
-    def filters(self) -> dict[str, Callable[..., Any]]:
-        funcs = (
-            cidr,
-            address_in_cidr,
-            cluster_address,
-            interface_for_address,
-            node_addresses,
-            firewall_sources,
-            env_file_lines,
-            peer_addresses,
-        )
-        return as_filters(funcs, (netcfg.NetConfigError, ValueError, TypeError))
+FilterModule = filter_module(
+    "gpufleet.core network filters.", globals(), (netcfg.NetConfigError, ValueError, TypeError)
+)

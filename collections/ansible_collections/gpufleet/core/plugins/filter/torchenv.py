@@ -6,11 +6,11 @@ Thin adapters over :mod:`gpufleet.provisioning.node_env` (imported from the cont
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
-    as_filters,
+    filter_module,
     gpufleet_required,
 )
 
@@ -62,17 +62,6 @@ def manifest_read(content_b64: object, path: str, node: str) -> dict[str, Any]:
     return nodeenv.read_manifest(content_b64, path, node)
 
 
-class FilterModule:
-    """gpufleet.core torch_env filters."""
-
-    def filters(self) -> dict[str, Callable[..., Any]]:
-        funcs = (
-            torch_wheel,
-            check_url,
-            has_credentials,
-            redact_url,
-            untrusted_http_hosts,
-            manifest_merge,
-            manifest_read,
-        )
-        return as_filters(funcs, (nodeenv.EnvConfigError, ValueError, TypeError))
+FilterModule = filter_module(
+    "gpufleet.core torch_env filters.", globals(), (nodeenv.EnvConfigError, ValueError, TypeError)
+)

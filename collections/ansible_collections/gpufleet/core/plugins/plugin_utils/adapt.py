@@ -7,9 +7,10 @@ into AnsibleFilterError so the task fails with the text that names the variable 
 
 from __future__ import annotations
 
+import inspect
 import re
 import shlex
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -49,23 +50,58 @@ def require_args(action: str, args: dict[str, Any], keys: Iterable[str]) -> None
         raise AnsibleActionFail(f"{action} needs {', '.join(missing)}")
 
 
+def _reraised(
+    func: Callable[..., Any], errors: tuple[type[BaseException], ...]
+) -> Callable[..., Any]:
+    """``func`` with ``errors`` re-raised as AnsibleFilterError (message kept)."""
+
+    def inner(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except errors as exc:
+            raise AnsibleFilterError(str(exc)) from exc
+
+    inner.__name__ = func.__name__
+    inner.__doc__ = func.__doc__
+    return inner
+
+
 def as_filters(
     funcs: Iterable[Callable[..., Any]], errors: tuple[type[BaseException], ...]
 ) -> dict[str, Callable[..., Any]]:
     """{name: func} with `errors` re-raised as AnsibleFilterError (message kept)."""
+    return {f.__name__: _reraised(f, errors) for f in funcs}
 
-    def wrap(func: Callable[..., Any]) -> Callable[..., Any]:
-        def inner(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return func(*args, **kwargs)
-            except errors as exc:
-                raise AnsibleFilterError(str(exc)) from exc
 
-        inner.__name__ = func.__name__
-        inner.__doc__ = func.__doc__
-        return inner
+def filter_module(
+    doc: str,
+    namespace: Mapping[str, Any],
+    errors: tuple[type[BaseException], ...],
+    direct: Mapping[str, Callable[..., Any]] | None = None,
+) -> type:
+    """The ``FilterModule`` class of a filter plugin: its filters are the public functions
+    the plugin defines (``namespace`` is its ``globals()``) and ``direct``, gpufleet
+    functions registered under a filter name as they are; ``errors`` are re-raised as
+    AnsibleFilterError."""
+    own = [
+        value
+        for name, value in namespace.items()
+        if not name.startswith("_")
+        and inspect.isfunction(value)
+        and value.__module__ == namespace["__name__"]
+    ]
+    table = {
+        **as_filters(own, errors),
+        **{name: _reraised(func, errors) for name, func in (direct or {}).items()},
+    }
 
-    return {f.__name__: wrap(f) for f in funcs}
+    class FilterModule:
+        __doc__ = doc
+
+        def filters(self) -> dict[str, Callable[..., Any]]:
+            return dict(table)
+
+    return FilterModule
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
