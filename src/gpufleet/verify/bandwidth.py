@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import RefusedError
-from gpufleet.results import BandwidthRow, Record
+from gpufleet.results import BandwidthRow, Record, Status
 from gpufleet.units import human_size
 
 BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
@@ -209,6 +209,14 @@ def lookup_threshold(
     )
 
 
+SLOW_BUSBW_REMEDY = (
+    "check NVLink/NIC state (nvidia-smi topo -m, nvidia-smi nvlink -s), "
+    "NCCL_DEBUG=INFO for NET/Socket fallback, NCCL_SOCKET_IFNAME/NCCL_IB_HCA in "
+    "/etc/gpufleet/nccl.env, nvidia-peermem for GPUDirect RDMA; the pair reruns "
+    "name the slow node"
+)
+
+
 def gate(rows: Sequence[BandwidthRow], threshold: Threshold, node: str = "") -> Record:
     """Pass/fail on busbw at the largest size (never on the average, see nccl-tests)."""
     if not rows:
@@ -221,36 +229,22 @@ def gate(rows: Sequence[BandwidthRow], threshold: Threshold, node: str = "") -> 
         )
     last = max(rows, key=lambda r: r.size_bytes)
     where = f"busbw {last.busbw:.2f} GB/s at {human_size(last.size_bytes)}"
-    if threshold.value is None:
-        return Record(
-            name="allreduce_busbw",
-            status="pass",
-            node=node,
-            value=last.busbw,
-            message=f"{where}; no threshold: {threshold.source}",
-        )
-    if last.busbw < threshold.value:
-        return Record(
-            name="allreduce_busbw",
-            status="fail",
-            node=node,
-            value=last.busbw,
-            threshold=threshold.value,
-            message=f"{where} is below {threshold.value} GB/s ({threshold.source})",
-            remedy=(
-                "check NVLink/NIC state (nvidia-smi topo -m, nvidia-smi nvlink -s), "
-                "NCCL_DEBUG=INFO for NET/Socket fallback, NCCL_SOCKET_IFNAME/NCCL_IB_HCA in "
-                "/etc/gpufleet/nccl.env, nvidia-peermem for GPUDirect RDMA; the pair reruns "
-                "name the slow node"
-            ),
-        )
+    limit = threshold.value
+    if limit is None:
+        status: Status = "pass"
+        message = f"{where}; no threshold: {threshold.source}"
+    elif last.busbw < limit:
+        status, message = "fail", f"{where} is below {limit} GB/s ({threshold.source})"
+    else:
+        status, message = "pass", f"{where} >= {limit} GB/s ({threshold.source})"
     return Record(
         name="allreduce_busbw",
-        status="pass",
+        status=status,
         node=node,
         value=last.busbw,
-        threshold=threshold.value,
-        message=f"{where} >= {threshold.value} GB/s ({threshold.source})",
+        threshold=limit,
+        message=message,
+        remedy=SLOW_BUSBW_REMEDY if status == "fail" else "",
     )
 
 
