@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from gpufleet.planning.network import read_env_file
@@ -33,24 +33,27 @@ EXIT_TIMEOUT = 124
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def group_alive(pgid: int) -> bool:
+def _signal0(kill: Callable[[int, int], None], ident: int) -> str:
+    """Signal 0 through ``kill`` (os.kill, os.killpg): "gone", "foreign" (there, another
+    user's: not ours to signal) or "ours"."""
     try:
-        os.killpg(pgid, 0)
+        kill(ident, 0)
     except ProcessLookupError:
-        return False
+        return "gone"
     except PermissionError:
-        return True
-    return True
+        return "foreign"
+    return "ours"
+
+
+def group_alive(pgid: int) -> bool:
+    return _signal0(os.killpg, pgid) != "gone"
 
 
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` still runs (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    found = _signal0(os.kill, pid)
+    if found != "ours":
+        return found == "foreign"
     try:
         stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
     except OSError:

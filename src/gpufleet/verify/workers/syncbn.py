@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -44,6 +45,18 @@ def ddp_refuses_cpu_syncbn(model: Any) -> None:
     probe = SimpleNamespace(device_type="cpu", logger=None)
     probe._log_and_throw = functools.partial(DDP._log_and_throw, probe)  # type: ignore[arg-type]
     DDP._passing_sync_batchnorm_handle(probe, model)  # type: ignore[arg-type,no-untyped-call]
+
+
+def _refusal(call: Callable[[], object], fragment: str) -> str | None:
+    """The ValueError of ``call`` that holds ``fragment`` (another one is raised), or None
+    when ``call`` runs."""
+    try:
+        call()
+    except ValueError as exc:
+        if fragment not in str(exc):
+            raise
+        return str(exc)
+    return None
 
 
 def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -88,21 +101,8 @@ def body(env: RankEnv, backend: str, device: Any, args: argparse.Namespace) -> d
         out["path"] = "syncbn"
     else:
         # torch 2.13 on CPU: DDP refuses the module, and the layer alone refuses CPU input.
-        try:
-            ddp_refuses_cpu_syncbn(model)
-            out["ddp_error"] = None
-        except ValueError as exc:
-            if CPU_DDP_ERROR not in str(exc):
-                raise
-            out["ddp_error"] = str(exc)
-        try:
-            model.train()
-            model(local_x)
-            out["forward_error"] = None
-        except ValueError as exc:
-            if CPU_ERROR_FRAGMENT not in str(exc):
-                raise
-            out["forward_error"] = str(exc)
+        out["ddp_error"] = _refusal(lambda: ddp_refuses_cpu_syncbn(model), CPU_DDP_ERROR)
+        out["forward_error"] = _refusal(lambda: model.train()(local_x), CPU_ERROR_FRAGMENT)
         out["path"] = "unsupported-on-cpu"
         out["ok"] = out["ddp_error"] is not None and out["forward_error"] is not None
         return out
