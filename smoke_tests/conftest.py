@@ -365,6 +365,14 @@ class Torchrun:
         )
 
 
+@pytest.fixture(scope="module")
+def module_torchrun(
+    request: pytest.FixtureRequest, mode: Mode, tmp_path_factory: pytest.TempPathFactory
+) -> Torchrun:
+    """The test module's torchrun launcher, with a temporary folder of its own."""
+    return Torchrun(request.config, mode, tmp_path_factory.mktemp("torchrun"))
+
+
 @pytest.fixture
 def torchrun(pytestconfig: pytest.Config, mode: Mode, tmp_path: Path) -> Torchrun:
     return Torchrun(pytestconfig, mode, tmp_path)

@@ -15,9 +15,7 @@ REMEDY = (
 
 
 @pytest.fixture(scope="module")
-def ar_run(
-    request: pytest.FixtureRequest, mode: Mode, tmp_path_factory: pytest.TempPathFactory
-) -> Launch:
+def ar_run(request: pytest.FixtureRequest, mode: Mode, module_torchrun: Torchrun) -> Launch:
     cfg = request.config
     args: list[str] = []
     sizes = cfg.getoption("--sizes") or (
@@ -32,7 +30,7 @@ def ar_run(
         args += ["--busbw-min", str(cfg.getoption("--busbw-min"))]
     if cfg.getoption("--bandwidth-table"):
         args += ["--bandwidth-table", str(cfg.getoption("--bandwidth-table"))]
-    return Torchrun(cfg, mode, tmp_path_factory.mktemp("allreduce"))("allreduce", *args)
+    return module_torchrun("allreduce", *args)
 
 
 def _rows(run: Launch) -> list[BandwidthRow]:

@@ -16,10 +16,8 @@ REMEDY = (
 
 
 @pytest.fixture(scope="module")
-def ddp_run(
-    request: pytest.FixtureRequest, mode: Mode, tmp_path_factory: pytest.TempPathFactory
-) -> Launch:
-    return Torchrun(request.config, mode, tmp_path_factory.mktemp("ddp"))("ddp", "--steps", "20")
+def ddp_run(module_torchrun: Torchrun) -> Launch:
+    return module_torchrun("ddp", "--steps", "20")
 
 
 def _ok(run: Launch, mode: Mode) -> list[dict[str, Any]]:

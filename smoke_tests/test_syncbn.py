@@ -18,10 +18,8 @@ REMEDY = "run python -m torch.distributed.run --nproc-per-node N -m gpufleet.ver
 
 
 @pytest.fixture(scope="module")
-def syncbn_run(
-    request: pytest.FixtureRequest, mode: Mode, tmp_path_factory: pytest.TempPathFactory
-) -> Launch:
-    return Torchrun(request.config, mode, tmp_path_factory.mktemp("syncbn"))("syncbn")
+def syncbn_run(module_torchrun: Torchrun) -> Launch:
+    return module_torchrun("syncbn")
 
 
 @pytest.mark.torchrun
