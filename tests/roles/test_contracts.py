@@ -73,22 +73,22 @@ def test_role_has_the_three_sources(role: str) -> None:
     assert not missing, f"roles/{role} lacks {', '.join(missing)}"
 
 
+def _defaults_match(role: str, other: set[str], where: str) -> None:
+    defaults = defaults_keys(role)
+    assert defaults == other, (
+        f"roles/{role}: only in defaults/main.yml: {sorted(defaults - other)}; "
+        f"only in {where}: {sorted(other - defaults)}"
+    )
+
+
 @pytest.mark.parametrize("role", ROLES)
 def test_defaults_match_argument_specs(role: str) -> None:
-    defaults, spec = defaults_keys(role), spec_keys(role)
-    assert defaults == spec, (
-        f"roles/{role}: only in defaults/main.yml: {sorted(defaults - spec)}; "
-        f"only in meta/argument_specs.yml: {sorted(spec - defaults)}"
-    )
+    _defaults_match(role, spec_keys(role), "meta/argument_specs.yml")
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_defaults_match_readme_table(role: str) -> None:
-    defaults, readme = defaults_keys(role), readme_keys(role)
-    assert defaults == readme, (
-        f"roles/{role}: only in defaults/main.yml: {sorted(defaults - readme)}; "
-        f"only in the README variables table: {sorted(readme - defaults)}"
-    )
+    _defaults_match(role, readme_keys(role), "the README variables table")
 
 
 def prefix(role: str) -> str:
