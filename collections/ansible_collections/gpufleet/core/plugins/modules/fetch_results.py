@@ -15,17 +15,15 @@ version_added: "0.3.0"
 description:
   - Runs C(python -m gpufleet.verify.result_pack pack) on the node as one command (no module run,
     no per-file copy) and writes the files it returns into O(dest) on the controller.
-  - The controller checks every file of the answer again: only regular files with plain
+  - The controller checks every file of the answer again. Only regular files with plain
     names that O(patterns) select (and O(excludes) do not), each at most 64 MiB, are
     written; the others are named in a warning.
   - With O(lock) and O(run_id) the same command gives the node's verify lock back, only if
     its owner file names O(run_id).
   - This is an action plugin; this file holds its documentation only.
+extends_documentation_fragment:
+  - gpufleet.core.node_python
 options:
-  python:
-    description: The node's env python (it must have the gpufleet package).
-    type: str
-    required: true
   run_dir:
     description: The node's run directory; only its top level is read, links never followed.
     type: str

@@ -21,11 +21,9 @@ description:
   - The node refuses any member that is not a regular file or directory under one of
     O(names) (absolute paths, C(..), links).
   - This is an action plugin; this file holds its documentation only.
+extends_documentation_fragment:
+  - gpufleet.core.node_python
 options:
-  python:
-    description: The node's env python (it must have the gpufleet package).
-    type: str
-    required: true
   src:
     description: The controller directory that holds the suites.
     type: path
