@@ -16,7 +16,10 @@ import pytest
 
 from checks_helpers import MANIFEST, RECORDINGS
 from gpufleet.node import fast_checks as nodehealth
-from gpufleet.node.nvml import load_recording
+from gpufleet.node.health import provisioned
+from gpufleet.node.health.context import NodeContext
+from gpufleet.node.nvml import RecordedReader, load_recording
+from gpufleet.results import Record
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -87,22 +90,29 @@ def test_no_driver_skips_unless_the_node_must_have_a_gpu(tmp_path: Path) -> None
     assert run_fast(tmp_path, "no-driver", manifest=gpu)["driver_loaded"] == {"fail"}
 
 
+def _provisioned(manifest_path: Path) -> dict[str, Record]:
+    ctx = NodeContext.open({}, manifest_path, RecordedReader({"nvml": {"error": 12}}))
+    facts = ctx.provisioned()
+    checks = (provisioned.manifest, provisioned.env_python, provisioned.nccl_env_interfaces)
+    return {r.name: r for r in (check(facts) for check in checks)}
+
+
 def test_node_level_faults_are_named(tmp_path: Path) -> None:
     broken = tmp_path / "broken.json"
     broken.write_text('{"schema": 1, "env_py')  # truncated by a full disk
-    facts = nodehealth.read_node_facts(broken)
-    recs = {r.name: r for r in nodehealth.node_records(facts)}
+    recs = _provisioned(broken)
     assert recs["manifest"].status == "fail" and str(broken) in recs["manifest"].message
     gone = manifest(tmp_path, env_python=str(tmp_path / "nowhere" / "python"))
-    recs = {r.name: r for r in nodehealth.node_records(nodehealth.read_node_facts(gone))}
+    recs = _provisioned(gone)
     assert recs["env_python"].status == "fail" and "nowhere" in recs["env_python"].message
     bad_if = manifest(tmp_path)
     Path(json.loads(bad_if.read_text())["env_file"]).write_text("GLOO_SOCKET_IFNAME=bogus0\n")
-    recs = {r.name: r for r in nodehealth.node_records(nodehealth.read_node_facts(bad_if))}
+    recs = _provisioned(bad_if)
     assert recs["nccl_env_interfaces"].status == "fail"
     assert "bogus0" in str(recs["nccl_env_interfaces"].value)
-    missing = nodehealth.read_node_facts(tmp_path / "absent.json")
-    assert {r.name: r.status for r in nodehealth.node_records(missing)}["manifest"] == "skip"
+    absent = tmp_path / "absent.json"
+    recs = _provisioned(absent)
+    assert recs["manifest"].status == "skip" and str(absent) in recs["manifest"].message
 
 
 # --------------------------------------------------------------------------- the command

@@ -2,28 +2,24 @@
 recorded node state (the healthy and degraded NVML recordings, the HGX recordings with their
 fabric faults) and each record that is not a pass or a skip must carry a non-empty remedy.
 
-The checks are walked through the same verdict functions gpufleet health (fast_checks) and the
-checks suite (checks/) call, with the facts taken from the recording."""
+The checks are walked through the registry (gpufleet.node.health.check_registry) as gpufleet health
+(fast_checks) and the checks suite (checks/) walk it, with the facts taken from the recording."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from checks_helpers import FIXTURES, MANIFEST, RECORDINGS
-from gpufleet.node import fast_checks, health
-from gpufleet.node import ib_ports as ibports
-from gpufleet.node import nvswitch as fabric
-from gpufleet.node.facts import TorchFacts, visible_devices
-from gpufleet.node.nvml import NvmlUnavailable, RecordedReader, load_recording
+from gpufleet.node import fast_checks
+from gpufleet.node.health import check_registry as registry
+from gpufleet.node.health.context import NodeContext
+from gpufleet.node.nvml import RecordedReader, load_recording
 from gpufleet.results import NEEDS_REMEDY, Record
-
-PLAN: dict[str, Any] = json.loads(MANIFEST.read_text())["plan"]
 
 
 def recordings() -> list[Path]:
@@ -43,48 +39,14 @@ def _degraded_hgx(rec: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield down
 
 
-def verify_tier(rec: dict[str, Any]) -> Iterator[Record]:
-    """The checks suite's verdicts for this recording (torch from the recording)."""
-    try:
-        reading = RecordedReader(rec).read()
-    except NvmlUnavailable as exc:
-        yield health.no_driver(health.DRIVER_LOADED, exc, require_gpu=True)
-        return
-    tf = TorchFacts.from_dict(rec.get("torch") or {})
-    raw = rec.get("cuda_visible_devices")
-    visible = visible_devices({} if raw is None else {"CUDA_VISIBLE_DEVICES": raw})
-    yield health.driver_loaded(reading)
-    yield health.driver_version(reading, PLAN.get("min_driver"))
-    yield health.cuda_driver_version(reading, tf.cuda or PLAN.get("cuda"))
-    yield health.nouveau(rec.get("proc_modules", ()))
-    yield health.gpu_count(reading, None, rec.get("pci_nvidia_gpus"))
-    yield health.torch_cuda_available(tf, None)
-    yield health.torch_device_count(tf, len(reading.gpus), visible)
-    yield health.torch_cuda_version(tf, PLAN.get("cuda"), None)
-    yield health.nccl_version(tf, PLAN.get("nccl"))
-    yield health.cuda_visible_devices(tf, visible, len(reading.gpus))
-    nvcc = rec.get("nvcc") or {}
-    yield health.toolkit(nvcc.get("path"), nvcc.get("release"), health.toolkit_from_plan(PLAN))
-    for gpu in reading.gpus:
-        lost = health.gpu_unreadable("gpu_readable", gpu)
-        if lost is not None:
-            yield lost
-            continue
-        for check in (health.persistence_mode, health.ecc_mode, health.ecc_uncorrectable,
-                      health.page_retirement, health.row_remap, health.pcie_link,
-                      health.nvlink, health.clock_event_reasons):  # fmt: skip
-            yield check(gpu)
-        yield health.torch_arch(gpu, tf)
-    if "kernel_log" in rec:
-        at = datetime.fromisoformat(rec["recorded_at"].replace("Z", "+00:00"))
-        yield fast_checks.xid_record(rec["kernel_log"], "recording", at, 2.0, reading)
-    yield health.kernel_log_unreadable("journalctl: not found; dmesg: not permitted")
-    facts = fabric.PlatformFacts.from_recording(rec)
-    ports = ibports.ports_from_raw(facts.infiniband)
-    yield fabric.fabric_manager(facts, reading)
-    yield fabric.gpu_fabric_state(facts, reading)
-    yield ibports.ib_ports(ports)
-    yield ibports.gpudirect_rdma(ports, len(reading.gpus), rec.get("proc_modules", []))
+def verify_tier(rec: dict[str, Any], tmp_path: Path) -> Iterator[Record]:
+    """The checks suite's records for this recording: every verify check of the registry,
+    torch from the recording, and a kernel log that cannot be read when it has none."""
+    state = {**rec, "torch": rec.get("torch") or {}}
+    options = {"require_gpu": True, "kernel_log": str(tmp_path / "no-kernel.log")}
+    ctx = NodeContext.open(options, MANIFEST, RecordedReader(state), state)
+    for check in registry.tier("verify"):
+        yield from registry.suite_records(check, ctx)
 
 
 def _no_remedy(records: list[Record]) -> list[tuple[str, str, str | None]]:
@@ -97,7 +59,7 @@ def test_every_non_pass_verdict_has_a_remedy(path: Path, tmp_path: Path) -> None
     states = [rec, *(_degraded_hgx(rec) if path.parent.name == "hgx" else ())]
     seen: list[Record] = []
     for state in states:
-        seen += list(verify_tier(state))
+        seen += list(verify_tier(state, tmp_path))
         seen += fast_checks.run_checks(
             manifest_path=tmp_path / "absent.json", recording=state, require_gpu=True,
             expected_gpus=4,  # a count no recording has: gpu_count fails everywhere

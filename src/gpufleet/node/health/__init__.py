@@ -1,14 +1,20 @@
 """Verdicts of the node checks: NVML readings + thresholds → :class:`gpufleet.results.Record`.
 
-Pure functions: no I/O, no NVML, no torch. Every failing or warning record names the GPU
-(index + PCI bus id), the value seen, the threshold, and the fix (``remedy``); the
-``message`` says all of it in one paragraph.
+The verdicts are pure functions: no I/O, no NVML, no torch. Every failing or warning record
+names the GPU (index + PCI bus id), the value seen, the threshold, and the fix (``remedy``);
+the ``message`` says all of it in one paragraph.
 
 One module per check family: :mod:`~gpufleet.node.health.driver` (driver and node),
 :mod:`~gpufleet.node.health.memory` (ECC, page retirement, row remap),
 :mod:`~gpufleet.node.health.links` (PCIe, NVLink, clocks), :mod:`~gpufleet.node.health.kernel_log`
-(Xid) and :mod:`~gpufleet.node.health.pytorch` (torch, NCCL, toolkit); check names live in
-:mod:`~gpufleet.node.health.names`. This package re-exports them all (``health.pcie_link``).
+(Xid), :mod:`~gpufleet.node.health.pytorch` (torch, NCCL, toolkit) and
+:mod:`~gpufleet.node.health.provisioned` (manifest, env python, nccl.env); check names live in
+:mod:`~gpufleet.node.health.names`. This package re-exports the verdicts (``health.pcie_link``).
+
+The wiring, imported by name (it reads the node, and gpufleet.node.nvswitch imports this
+package): :mod:`~gpufleet.node.health.check_registry` lists every node check once (name, tiers,
+judge), :mod:`~gpufleet.node.health.context` gathers what the judges read,
+:mod:`~gpufleet.node.health.pcie_load` loads idle GPUs to re-check their PCIe link.
 
 Thresholds and their sources:
 

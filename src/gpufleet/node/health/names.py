@@ -22,6 +22,12 @@ TORCH_CUDA_VERSION = "torch_cuda_version"
 NCCL_VERSION = "nccl_version"
 VISIBLE_DEVICES = "cuda_visible_devices"
 TOOLKIT = "cuda_toolkit"
+# gpufleet health only: the node as provisioned, and a GPU NVML cannot read (in place of its
+# per-GPU checks)
+MANIFEST = "manifest"
+ENV_PYTHON = "env_python"
+NCCL_ENV = "nccl_env_interfaces"
+GPU_READABLE = "gpu_readable"
 
 __all__ = [
     "CLOCK_EVENTS",
@@ -30,7 +36,11 @@ __all__ = [
     "DRIVER_VERSION",
     "ECC_MODE",
     "ECC_UNCORRECTABLE",
+    "ENV_PYTHON",
     "GPU_COUNT",
+    "GPU_READABLE",
+    "MANIFEST",
+    "NCCL_ENV",
     "NCCL_VERSION",
     "NOUVEAU",
     "NVLINK",
