@@ -205,9 +205,13 @@ def test_healthy_h100_node_passes_everything(tmp_path: Path) -> None:
     assert run.data["mode"] == "gpu"
     assert run.data["node"] == "gpu-h100-01"
     assert "gpufleet summary" in run.out
-    # 13 skips: the 9 above plus the 4 fabric/network checks (this recording carries no
+    # 15 skips: the 9 above, the 4 fabric/network checks (this recording carries no
     # pci_devices, fabric_manager or infiniband section; tests/unit/node/test_hgx.py has those)
-    assert "75 pass, 0 warn, 0 fail, 13 skip" in run.out
+    # and the 2 that read the live machine only (PCIe ACS, IOMMU: a recording holds neither)
+    assert "75 pass, 0 warn, 0 fail, 15 skip" in run.out
+    for name in ("pcie_acs", "iommu_mode"):
+        rec = run.find(name)
+        assert rec["status"] == "skip" and "recording does not hold" in rec["message"], rec
 
 
 def test_xid_window_option_widens_the_window(tmp_path: Path) -> None:
@@ -446,5 +450,5 @@ def test_a_check_that_cannot_run_is_incomplete_a_junit_skip(tmp_path: Path) -> N
     (case,) = [c for c in run.junit.iter("testcase") if c.get("name") == "test_xid_errors"]
     (skipped,) = list(case.iter("skipped"))
     assert str(skipped.get("message")).startswith("incomplete: kernel log unreadable")
-    assert "0 fail, 13 skip, 1 incomplete" in run.out
+    assert "0 fail, 15 skip, 1 incomplete" in run.out
     assert "INCOMPLETE xid_errors: kernel log unreadable" in run.out

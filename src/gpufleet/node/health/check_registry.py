@@ -22,6 +22,7 @@ from typing import Literal
 
 from gpufleet.node import ib_ports as ibports
 from gpufleet.node import nvswitch as fabric
+from gpufleet.node import platform_checks as platform
 from gpufleet.node import xid
 from gpufleet.node.health import _common, driver, kernel_log, links, memory, names, provisioned
 from gpufleet.node.health import pytorch as torchchecks
@@ -157,6 +158,27 @@ def _gpudirect_rdma(ctx: NodeContext, _: GpuReading | None) -> Record:
     return ibports.gpudirect_rdma(ports, gpus, ctx.modules())
 
 
+def _live_only(name: str) -> Record:
+    return Record(
+        name=name,
+        status="skip",
+        message=f"{name} reads this machine's PCI bus and kernel state, which an NVML "
+        "recording does not hold",
+    )
+
+
+def _pcie_acs(ctx: NodeContext, _: GpuReading | None) -> Record:
+    if ctx.recording is not None:
+        return _live_only(platform.PCIE_ACS)
+    return platform.pcie_acs(platform.read_acs())
+
+
+def _iommu_mode(ctx: NodeContext, _: GpuReading | None) -> Record:
+    if ctx.recording is not None:
+        return _live_only(platform.IOMMU_MODE)
+    return platform.iommu_mode(platform.read_iommu())
+
+
 def _xid_errors(ctx: NodeContext, _: GpuReading | None) -> Record:
     window = ctx.xid_window_hours
     try:
@@ -229,6 +251,10 @@ CHECKS: tuple[NodeCheck, ...] = (
     NodeCheck(fabric.GPU_FABRIC_STATE, "fabric", BOTH, _gpu_fabric_state, applies=_fabric_to_judge),
     NodeCheck(ibports.IB_PORTS, "fabric", VERIFY, _ib_ports),
     NodeCheck(ibports.GPUDIRECT_RDMA, "fabric", VERIFY, _gpudirect_rdma),
+    # read the live machine only (a recording has no PCI bridges); verify tier: they change
+    # only with a reboot or a BIOS setting, and ACS asks lspci once per bridge
+    NodeCheck(platform.PCIE_ACS, "fabric", VERIFY, _pcie_acs),
+    NodeCheck(platform.IOMMU_MODE, "fabric", VERIFY, _iommu_mode),
     NodeCheck(names.XID, "links", BOTH, _xid_errors),
     NodeCheck(names.TORCH_CUDA, "torch", VERIFY, _torch_cuda_available, needs_driver=True),
     NodeCheck(names.TORCH_COUNT, "torch", VERIFY, _torch_device_count, needs_driver=True),
