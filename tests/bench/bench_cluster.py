@@ -66,6 +66,7 @@ CLUSTER_ONLY = (
     "-e verify_run_checks=false",
     "-e verify_run_smoke=false",
     "-e verify_run_train=false",
+    "-e verify_pair_sweep=false",
 )
 TARGETS = {
     "verify_overhead": ("<=", 2.0),
