@@ -278,7 +278,9 @@ def test_demo_through_slurm_drains_a_sick_node_and_cancels_what_cannot_start(
     summary = json.loads((REPO / "reports/latest/summary.json").read_text())
     assert summary["status"] == "pass" and summary["launcher"] == "slurm"
     jobs = {j["step"]: j for j in summary["slurm_jobs"]}
-    assert set(jobs) == {"allreduce", "train-1node", "train"}, jobs
+    # the pair sweep on 3 nodes: one pair per round, 3 rounds, a Slurm job each
+    pairs = {"pair-1-0", "pair-2-0", "pair-3-0"}
+    assert set(jobs) == {"allreduce", "train-1node", "train", *pairs}, jobs
     for step, job in jobs.items():
         assert job["state"] == "COMPLETED" and job["exit_code"] == 0 and job["ok"], (step, job)
         assert str(job["job_id"]).isdigit()
