@@ -5,14 +5,13 @@ file, and where the HCA ports come from (--ib-sysfs, the recording, or not compa
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from fixtures.profiles import degraded as DEGRADED
 from gpufleet.cli import main
 from gpufleet.results import load_result_file
 
@@ -20,16 +19,6 @@ REPO = Path(__file__).resolve().parents[3]
 NVML = REPO / "tests" / "fixtures" / "nvml"
 
 
-def _degraded() -> ModuleType:
-    path = REPO / "tests" / "fixtures" / "profiles" / "degraded.py"
-    spec = importlib.util.spec_from_file_location("gpufleet_profile_degraded_cli", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-DEGRADED = _degraded()
 RECORDINGS: dict[str, dict[str, Any]] = DEGRADED.recordings()
 
 

@@ -5,14 +5,13 @@ against the H100 profile: each fault gives exactly its one named finding."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from fixtures.profiles import degraded as DEGRADED
 from gpufleet.errors import EXIT_FAILED, EXIT_REFUSED
 from gpufleet.node import profiles as prof
 from gpufleet.node.ib_ports import IbPort, ports_from_raw
@@ -27,16 +26,6 @@ H100, H200, A100, L40S, CPU = (
 )  # fmt: skip
 
 
-def _degraded() -> ModuleType:
-    path = REPO / "tests" / "fixtures" / "profiles" / "degraded.py"
-    spec = importlib.util.spec_from_file_location("gpufleet_profile_degraded", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-DEGRADED = _degraded()
 RECORDINGS: dict[str, dict[str, Any]] = DEGRADED.recordings()
 PROFILES = prof.load_profiles()
 
