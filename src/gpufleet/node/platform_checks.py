@@ -1,6 +1,6 @@
 """Platform checks users asked for after failures the other checks missed (issue 30 item 5).
 
-Four checks of what sits under NCCL, each a reader of the system (sysfs, /proc, one command)
+Three checks of what sits under NCCL, each a reader of the system (sysfs, /proc, one command)
 and a pure verdict returning a :class:`gpufleet.results.Record`:
 
 * ``pcie_acs``: PCI Access Control Services (ACS) enabled on a PCIe bridge above a GPU or an
@@ -19,15 +19,12 @@ and a pure verdict returning a :class:`gpufleet.results.Record`:
   version`` (or ``nv_mem_nc``) exists once it is. Loaded but unregistered, NCCL reports "GPU
   Direct RDMA Disabled" (https://github.com/NVIDIA/nccl/issues/1939); NCCL's own probe reads
   these paths (``ncclIbGdrSupport`` in net_ib.cc, https://github.com/NVIDIA/nccl).
-* ``fabric_manager_version``: on an NVSwitch system Fabric Manager refuses to start unless
-  its version equals the driver's exactly, and the GPUs then never join the fabric (CUDA
-  error 802). Fabric Manager user guide,
-  https://docs.nvidia.com/datacenter/tesla/fabric-manager-user-guide/index.html;
-  https://github.com/NVIDIA/gpu-operator/issues/544.
+The Fabric Manager's version against the driver's is not here: ``fabric_manager``
+(gpufleet.node.nvswitch) judges it.
 
 Readers take a filesystem ``root`` (tests pass a fake tree) and a :data:`Runner` for commands.
 A check that cannot look (no sysfs, ``lspci`` missing, not root) is ``incomplete``, never
-``fail``. :func:`platform_records` runs all four. docs/platform-checks.md has the details.
+``fail``. :func:`platform_records` runs all three. docs/platform-checks.md has the details.
 """
 
 from __future__ import annotations
@@ -40,14 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.node.health._common import rec as make_record
-from gpufleet.node.nvswitch import FM_BINARY, parse_fm_version
-from gpufleet.planning.pci import PciDevice, nvswitches
+from gpufleet.node.ib_ports import PEERMEM_MODULES, PEERMEM_REMEDY
 from gpufleet.results import Record
 
 PCIE_ACS = "pcie_acs"
 IOMMU_MODE = "iommu_mode"
 PEERMEM_REGISTERED = "peermem_registered"
-FM_DRIVER_VERSION = "fabric_manager_version"
 
 NVIDIA_VENDOR = "10de"
 MELLANOX_VENDOR = "15b3"  # Mellanox / NVIDIA networking (ConnectX, BlueField)
@@ -59,13 +54,11 @@ HCA_CLASSES = ("0207", "0200")
 ACS_P2P_FLAGS = ("SrcValid", "ReqRedir", "CmpltRedir")
 #: Peer-memory clients nvidia-peermem registers (nv_mem; nv_mem_nc on some builds).
 MEMORY_PEERS = ("nv_mem", "nv_mem_nc")
-PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
 #: /sys/kernel/iommu_groups/<n>/type: identity is passthrough, DMA and DMA-FQ translate.
 IOMMU_IDENTITY = "identity"
 
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4}:[0-9a-f]{2}$")
-_DRIVER_VERSION = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)")
 
 ACS_REMEDY = (
     "disable ACS on the named bridges: in the BIOS (ACS, or VT-d/IOMMU where no VM or SR-IOV "
@@ -82,10 +75,6 @@ IOMMU_REMEDY = (
     "VT-d/AMD-Vi off in the BIOS where no VM or SR-IOV needs it"
 )
 IOMMU_INCOMPLETE_REMEDY = "run the check on the host with /proc and /sys mounted"
-PEERMEM_LOAD_REMEDY = (
-    "`modprobe nvidia-peermem` and load it at boot: `echo nvidia-peermem > "
-    "/etc/modules-load.d/nvidia-peermem.conf` (`make provision` does, role infiniband)"
-)
 PEERMEM_REGISTER_REMEDY = (
     "nvidia-peermem was built without the peer-memory API of the ib_core in use: reinstall "
     "(rebuild) the NVIDIA driver after MLNX_OFED/DOCA-OFED so nvidia-peermem links against "
@@ -93,18 +82,6 @@ PEERMEM_REGISTER_REMEDY = (
     "peermem`"
 )
 PCI_INCOMPLETE_REMEDY = "run the check on the host with /sys mounted"
-DRIVER_INCOMPLETE_REMEDY = (
-    "load the NVIDIA driver (see the driver_loaded check), then rerun the check"
-)
-
-
-def fm_remedy(driver: str) -> str:
-    return (
-        f"install Fabric Manager of exactly the driver's version: `dnf install "
-        f"nvidia-fabricmanager-{driver}` (older branches name it nvidia-fabric-manager; "
-        "EL8/9 module streams: the stream's fm profile), lock both to that version, then "
-        "`systemctl restart nvidia-fabricmanager`"
-    )
 
 
 # --------------------------------------------------------------------------- commands
@@ -518,7 +495,7 @@ def peermem_registered(facts: PeermemFacts) -> Record:
             PEERMEM_REGISTERED, "fail",
             f"HCA(s) {hcas}, but nvidia-peermem is not loaded (/sys/module/nvidia_peermem "
             "absent): NCCL runs without GPUDirect RDMA, staging through host memory.",
-            value=value, threshold=threshold, remedy=PEERMEM_LOAD_REMEDY,
+            value=value, threshold=threshold, remedy=PEERMEM_REMEDY,
         )  # fmt: skip
     if not facts.registered:
         return make_record(
@@ -535,125 +512,15 @@ def peermem_registered(facts: PeermemFacts) -> Record:
     )  # fmt: skip
 
 
-# --------------------------------------------------------------------------- Fabric Manager
+# --------------------------------------------------------------------------- all three
 
 
-@dataclass(frozen=True)
-class FmVersionFacts:
-    nvswitches: tuple[str, ...] | None  # None: PCI sysfs unreadable
-    fm_version: str | None = None
-    fm_error: str | None = None  # not installed, failed, no version in its output
-    fm_missing: bool = False
-    driver_version: str | None = None
-    driver_source: str = "/proc/driver/nvidia/version"
-
-
-def parse_driver_version(text: str) -> str | None:
-    """``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  Release ...``
-    (or ``... x86_64 Kernel Module  570.133.20 ...``) -> "570.133.20"."""
-    m = _DRIVER_VERSION.search(text)
-    return m[1] if m else None
-
-
-def read_fm_version(
-    root: Path | str = "/", run: Runner = run_command,
-    functions: Sequence[PciFunction] | None = None, driver_version: str | None = None,
-) -> FmVersionFacts:  # fmt: skip
-    """NVSwitches from sysfs; on an NVSwitch system ``nv-fabricmanager --version`` and the
-    driver version (``driver_version``, e.g. NVML's, else /proc/driver/nvidia/version)."""
-    funcs = read_pci(root) if functions is None else functions
-    if funcs is None:
-        return FmVersionFacts(nvswitches=None)
-    switches = tuple(
-        nvswitches([PciDevice(f.address, f.vendor, f.device, f.pci_class[:4]) for f in funcs])
-    )
-    if not switches:
-        return FmVersionFacts(nvswitches=())
-    source = "NVML"
-    if driver_version is None:
-        source = "/proc/driver/nvidia/version"
-        text = _read(Path(root) / "proc/driver/nvidia/version")
-        driver_version = parse_driver_version(text) if text else None
-    out = run([FM_BINARY, "--version"])
-    if out is None:
-        return FmVersionFacts(
-            switches, fm_missing=True, fm_error=f"{FM_BINARY} not installed",
-            driver_version=driver_version, driver_source=source,
-        )  # fmt: skip
-    version = parse_fm_version(out.stdout + "\n" + out.stderr)
-    error = None
-    if out.returncode != 0 or version is None:
-        first = (out.stderr or out.stdout).strip().splitlines()[:1]
-        error = f"`{FM_BINARY} --version` exit {out.returncode}: {''.join(first) or 'no output'}"
-    return FmVersionFacts(
-        switches, fm_version=version if error is None else None, fm_error=error,
-        driver_version=driver_version, driver_source=source,
-    )  # fmt: skip
-
-
-def fabric_manager_version(facts: FmVersionFacts) -> Record:
-    """Fabric Manager's version equals the driver's on an NVSwitch system."""
-    if facts.nvswitches is None:
-        return make_record(
-            FM_DRIVER_VERSION, "incomplete", "/sys/bus/pci/devices is absent: cannot tell "
-            "whether this is an NVSwitch system.",
-            threshold="driver version", remedy=PCI_INCOMPLETE_REMEDY,
-        )  # fmt: skip
-    if not facts.nvswitches:
-        return make_record(
-            FM_DRIVER_VERSION, "skip", "no NVSwitch on the PCI bus: no Fabric Manager needed"
-        )
-    n = len(facts.nvswitches)
-    driver = facts.driver_version
-    if driver is None:
-        return make_record(
-            FM_DRIVER_VERSION, "incomplete",
-            f"{n} NVSwitch(es), but the driver version is unreadable ({facts.driver_source} "
-            "absent: the nvidia module is not loaded).",
-            value=facts.fm_version, threshold="driver version", remedy=DRIVER_INCOMPLETE_REMEDY,
-        )  # fmt: skip
-    if facts.fm_missing:
-        return make_record(
-            FM_DRIVER_VERSION, "fail",
-            f"{n} NVSwitch(es) and driver {driver}, but {FM_BINARY} is not installed: the "
-            "GPUs cannot join the NVSwitch fabric (CUDA error 802).",
-            value=None, threshold=driver, remedy=fm_remedy(driver),
-        )  # fmt: skip
-    if facts.fm_version is None:
-        return make_record(
-            FM_DRIVER_VERSION, "incomplete",
-            f"{n} NVSwitch(es), driver {driver}; Fabric Manager's version unreadable: "
-            f"{facts.fm_error}.",
-            value=None, threshold=driver,
-            remedy=f"run `{FM_BINARY} --version` by hand; if it fails, {fm_remedy(driver)}",
-        )  # fmt: skip
-    if facts.fm_version != driver:
-        return make_record(
-            FM_DRIVER_VERSION, "fail",
-            f"Fabric Manager {facts.fm_version} != driver {driver} ({facts.driver_source}) on "
-            f"{n} NVSwitch(es): Fabric Manager refuses to start and the GPUs are not trained "
-            "into the fabric.",
-            value=facts.fm_version, threshold=driver, remedy=fm_remedy(driver),
-        )  # fmt: skip
-    return make_record(
-        FM_DRIVER_VERSION, "pass",
-        f"Fabric Manager {facts.fm_version} = driver ({facts.driver_source}); {n} NVSwitch(es).",
-        value=facts.fm_version, threshold=driver,
-    )  # fmt: skip
-
-
-# --------------------------------------------------------------------------- all four
-
-
-def platform_records(
-    root: Path | str = "/", run: Runner = run_command, driver_version: str | None = None
-) -> list[Record]:
-    """The four platform checks of this machine (or of a fake tree under ``root``), reading
-    the PCI bus once. ``driver_version``: the NVML driver version when the caller has it."""
+def platform_records(root: Path | str = "/", run: Runner = run_command) -> list[Record]:
+    """The three platform checks of this machine (or of a fake tree under ``root``), reading
+    the PCI bus once."""
     funcs = read_pci(root)
     return [
         pcie_acs(read_acs(root, run, funcs)),
         iommu_mode(read_iommu(root, funcs)),
         peermem_registered(read_peermem(root, funcs)),
-        fabric_manager_version(read_fm_version(root, run, funcs, driver_version)),
     ]

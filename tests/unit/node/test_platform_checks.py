@@ -24,16 +24,6 @@ ROOT_OFF = (FIXTURES / "lspci_root_port_acs_off.txt").read_text()
 NO_ACS = (FIXTURES / "lspci_switch_upstream_no_acs.txt").read_text()
 DENIED = (FIXTURES / "lspci_access_denied.txt").read_text()
 
-OPEN_DRIVER = (
-    "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.133.20  Release Build  "
-    "(dvs-builder@U16-I3-B03-4-3)  Fri Mar 14 06:07:22 UTC 2025\n"
-    "GCC version:  gcc version 11.5.0 20240719 (Red Hat 11.5.0-5) (GCC) \n"
-)
-PROPRIETARY_DRIVER = (
-    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.183.01  Sun May 12 19:39:15 UTC 2024\n"
-    "GCC version:  gcc version 8.5.0 20210514 (Red Hat 8.5.0-22) (GCC) \n"
-)
-FM_570 = CommandOutput(0, "Fabric Manager version is : 570.133.20\n")
 
 # An HGX-like slice: root port 15:01.0 -> switch upstream port 16:00.0 -> downstream ports
 # 17:00.0 (GPU 18:00.0) and 17:01.0 (HCA 19:00.0); an NVSwitch 05:00.0 under root port 00:02.0.
@@ -92,17 +82,15 @@ class Tree:
 
 
 class FakeRun:
-    """The Runner: `lspci -vvv -s <bdf>` answered from a table, `nv-fabricmanager --version`
-    from ``fm``; a command mapped to None is not installed. Records every argv."""
+    """The Runner: `lspci -vvv -s <bdf>` answered from a table; None: lspci not installed.
+    Records every argv."""
 
     def __init__(
         self,
         lspci: dict[str, str] | None = None,
-        fm: CommandOutput | None = FM_570,
         lspci_rc: int = 0,
     ) -> None:
         self.lspci = lspci
-        self.fm = fm
         self.lspci_rc = lspci_rc
         self.calls: list[list[str]] = []
 
@@ -114,8 +102,6 @@ class FakeRun:
             if self.lspci_rc:
                 return CommandOutput(self.lspci_rc, "", "lspci: -s: Invalid slot number")
             return CommandOutput(0, self.lspci.get(argv[-1], ""))
-        if argv[0] == "nv-fabricmanager":
-            return self.fm
         raise AssertionError(f"unexpected command {argv}")
 
     def lspci_slots(self) -> list[str]:
@@ -424,102 +410,9 @@ def test_peermem_skips_an_hca_without_gpu(tmp_path: Path) -> None:
     assert "HCA(s) mlx5_0 but no NVIDIA GPU" in r.message
 
 
-# --------------------------------------------------------------------------- Fabric Manager
-
-
-def fm(tmp_path: Path, run: FakeRun, driver: str | None = None) -> Record:
-    return pc.fabric_manager_version(pc.read_fm_version(tmp_path, run, driver_version=driver))
-
-
-@pytest.mark.parametrize(
-    ("text", "version"),
-    [
-        pytest.param(OPEN_DRIVER, "570.133.20", id="open"),
-        pytest.param(PROPRIETARY_DRIVER, "535.183.01", id="proprietary"),
-        pytest.param(OPEN_DRIVER.replace("x86_64", "aarch64"), "570.133.20", id="aarch64"),
-        pytest.param("GCC version:  gcc version 11.5.0\n", None, id="no-nvrm-line"),
-    ],
-)
-def test_parse_driver_version(text: str, version: str | None) -> None:
-    assert pc.parse_driver_version(text) == version
-
-
-def test_fm_equal_to_the_driver_passes(tmp_path: Path) -> None:
-    Tree(tmp_path).hgx().write("proc/driver/nvidia/version", OPEN_DRIVER)
-    run = FakeRun()
-    r = fm(tmp_path, run)
-    assert r.status == "pass", r.message
-    assert (r.value, r.threshold) == ("570.133.20", "570.133.20")
-    assert run.calls == [["nv-fabricmanager", "--version"]]
-
-
-def test_fm_other_than_the_driver_fails(tmp_path: Path) -> None:
-    Tree(tmp_path).hgx().write("proc/driver/nvidia/version", PROPRIETARY_DRIVER)
-    r = fm(tmp_path, FakeRun())
-    assert r.status == "fail"
-    assert (
-        "Fabric Manager 570.133.20 != driver 535.183.01 (/proc/driver/nvidia/version)" in r.message
-    )
-    assert "dnf install nvidia-fabricmanager-535.183.01" in r.remedy
-    assert "systemctl restart nvidia-fabricmanager" in r.remedy
-
-
-def test_fm_compares_with_the_nvml_driver_version_when_given(tmp_path: Path) -> None:
-    Tree(tmp_path).hgx()  # no /proc/driver/nvidia/version needed
-    r = fm(tmp_path, FakeRun(), driver="570.124.06")
-    assert r.status == "fail"
-    assert "!= driver 570.124.06 (NVML)" in r.message
-
-
-def test_fm_not_installed_on_an_nvswitch_system_fails(tmp_path: Path) -> None:
-    Tree(tmp_path).hgx().write("proc/driver/nvidia/version", OPEN_DRIVER)
-    r = fm(tmp_path, FakeRun(fm=None))
-    assert r.status == "fail"
-    assert "nv-fabricmanager is not installed" in r.message
-    assert "dnf install nvidia-fabricmanager-570.133.20" in r.remedy
-
-
-def test_fm_version_command_failing_is_incomplete(tmp_path: Path) -> None:
-    Tree(tmp_path).hgx().write("proc/driver/nvidia/version", OPEN_DRIVER)
-    broken = CommandOutput(127, "", "nv-fabricmanager: error while loading shared libraries\n")
-    r = fm(tmp_path, FakeRun(fm=broken))
-    assert r.status == "incomplete"
-    assert (
-        "`nv-fabricmanager --version` exit 127: nv-fabricmanager: error while loading" in r.message
-    )
-
-
-def test_fm_without_a_loaded_driver_is_incomplete(tmp_path: Path) -> None:
-    Tree(tmp_path).hgx()
-    r = fm(tmp_path, FakeRun())
-    assert r.status == "incomplete"
-    assert "driver version is unreadable" in r.message
-    assert "driver_loaded" in r.remedy
-
-
-def test_fm_skips_without_nvswitch(tmp_path: Path) -> None:
-    tree = Tree(tmp_path)
-    tree.device(["pci0000:00", "0000:00:05.0"], "0x10de", "0x030200")  # a PCIe GPU
-    run = FakeRun()
-    r = fm(tmp_path, run)
-    assert r.status == "skip"
-    assert "no NVSwitch on the PCI bus" in r.message
-    assert run.calls == []
-
-
-def test_fm_without_pci_sysfs_is_incomplete(tmp_path: Path) -> None:
-    r = fm(tmp_path, FakeRun())
-    assert r.status == "incomplete"
-    assert "cannot tell whether this is an NVSwitch system" in r.message
-
-
-# --------------------------------------------------------------------------- all four
-
-
 def test_platform_records_on_a_healthy_hgx_tree(tmp_path: Path) -> None:
     tree = peermem_tree(tmp_path, module=True, clients=["nv_mem"])
     tree.write("proc/cmdline", f"{CMDLINE} intel_iommu=on iommu=pt\n")
-    tree.write("proc/driver/nvidia/version", OPEN_DRIVER)
     tree.write("sys/class/iommu/dmar0/name", "dmar0\n")
     tree.iommu_group(GPU, 40, "identity")
     tree.iommu_group(HCA, 41, "identity")
@@ -529,7 +422,6 @@ def test_platform_records_on_a_healthy_hgx_tree(tmp_path: Path) -> None:
         (pc.PCIE_ACS, "pass"),
         (pc.IOMMU_MODE, "pass"),
         (pc.PEERMEM_REGISTERED, "pass"),
-        (pc.FM_DRIVER_VERSION, "pass"),
     ], [r.message for r in records]
 
 
@@ -538,12 +430,9 @@ def test_platform_records_on_a_broken_hgx_tree(tmp_path: Path) -> None:
     tree.write("proc/cmdline", f"{CMDLINE} intel_iommu=on\n")
     tree.write("sys/class/iommu/dmar0/name", "dmar0\n")
     tree.iommu_group(GPU, 40, "DMA")
-    run = FakeRun(
-        hgx_lspci(**{DSP_GPU: ACS_ON}),
-        fm=CommandOutput(0, "Fabric Manager version is : 550.90.07\n"),
-    )
-    records = pc.platform_records(tmp_path, run, driver_version="570.133.20")
-    assert [r.status for r in records] == ["fail", "warn", "fail", "fail"]
+    run = FakeRun(hgx_lspci(**{DSP_GPU: ACS_ON}))
+    records = pc.platform_records(tmp_path, run)
+    assert [r.status for r in records] == ["fail", "warn", "fail"]
     assert all(r.remedy and "Fix: " in r.message for r in records)
 
 
