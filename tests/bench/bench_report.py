@@ -32,13 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "src"))
 
+from gpufleet.argtypes import int_range  # noqa: E402
 from gpufleet.node import netprobe  # noqa: E402
 from gpufleet.report import localise, pairs, write_report  # noqa: E402
 from gpufleet.results import SCHEMA  # noqa: E402
@@ -160,23 +160,10 @@ def time_bisection(n: int) -> tuple[float, int, int]:
     return took, len(history), launches
 
 
-def _at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is below {low}")
-        return value
-
-    return parse
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--nodes", type=_at_least(2), default=1000)
-    p.add_argument("--gpus", type=_at_least(1), default=8)
+    p.add_argument("--nodes", type=int_range(2, 100_000), default=1000)
+    p.add_argument("--gpus", type=int_range(1, 64), default=8)
     p.add_argument("--out", type=Path, help="JSON file (default reports/bench/report-N.json)")
     args = p.parse_args(argv)
     out = args.out or REPO / "reports" / "bench" / f"report-{args.nodes}.json"

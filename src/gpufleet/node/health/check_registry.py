@@ -159,11 +159,11 @@ def _gpudirect_rdma(ctx: NodeContext, _: GpuReading | None) -> Record:
 
 
 def _live_only(name: str) -> Record:
-    return Record(
-        name=name,
-        status="skip",
-        message=f"{name} reads this machine's PCI bus and kernel state, which an NVML "
-        "recording does not hold",
+    return _common.rec(
+        name,
+        "skip",
+        f"{name} reads this machine's PCI bus and kernel state, which an NVML recording "
+        "does not hold",
     )
 
 
