@@ -284,7 +284,7 @@ def test_demo_through_slurm_drains_a_sick_node_and_cancels_what_cannot_start(
     for step, job in jobs.items():
         assert job["state"] == "COMPLETED" and job["exit_code"] == 0 and job["ok"], (step, job)
         assert str(job["job_id"]).isdigit()
-    assert len({j["job_id"] for j in jobs.values()}) == 3
+    assert len({j["job_id"] for j in jobs.values()}) == len(jobs)  # a Slurm job per step
     assert jobs["allreduce"]["nodes"] == "node[1-3]"
     cluster = [r for r in summary["bandwidth"] if r["source"] == "allreduce"]
     assert cluster and all(r["world_size"] == 2 * n and r["wrong"] == 0 for r in cluster)
