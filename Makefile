@@ -79,9 +79,11 @@ faults: setup testbed-deps ## as root: fault injection on a fresh 3-node testbed
 
 .PHONY: soak
 RUNS ?= 30
+SOAK_KINDS ?= alternate
 export GF_RUNS = $(value RUNS)
-soak: setup testbed-deps ## as root: make verify and make run alternately RUNS=30 times on a healthy testbed; reports/soak/soak.json
-	$(BIN)/python tests/bench/soak.py --runs "$$GF_RUNS"
+export GF_SOAK_KINDS = $(value SOAK_KINDS)
+soak: setup testbed-deps ## as root: make verify and make run alternately RUNS=30 times on a healthy testbed (SOAK_KINDS=verify: verify each run; VERIFY_ARGS passed on); reports/soak/soak.json
+	$(BIN)/python tests/bench/soak.py --runs "$$GF_RUNS" --kinds "$$GF_SOAK_KINDS" --verify-args "$$GF_VERIFY_ARGS"
 
 .PHONY: bench
 BENCH_REPEATS ?= 2
