@@ -26,6 +26,18 @@ NODE_GPU_CHECKS = (
 
 Expect = tuple[str, int | None, str, tuple[str, ...]]
 
+
+def profile(status: str, *fragments: str) -> Expect:
+    """The node check profile (docs/profiles.md): the recording against its detected profile."""
+    return ("profile", None, status, fragments)
+
+
+def unlisted(model: str) -> Expect:
+    """A GPU model no shipped profile lists: auto detection cannot place the node."""
+    return profile("fail", f"no profile lists the GPU model(s) of this node: {model}",
+                   "gpufleet_system_profile")  # fmt: skip
+
+
 FAULTS: list[tuple[str, tuple[str, ...], list[Expect]]] = [
     ("driver-too-old", H100, [
         ("driver_version", None, "fail", ("520.61.05", ">= 525.60.13", "nvidia_driver")),
@@ -41,10 +53,12 @@ FAULTS: list[tuple[str, tuple[str, ...], list[Expect]]] = [
         ("gpu_count", None, "fail", ("sees 7 GPU", "expected 8", "PCI bus shows 8", "Xid 79")),
         ("xid_errors", None, "fail", ("PCI 0000:db:00 (not enumerated by NVML)", "Xid 79",
                                       "fallen off the bus")),
+        profile("fail", "[profile_gpu_count]", "expected 8, found 7"),
     ]),
     ("gpu-lost", H100, [
-        (name, 3, "fail", ("GPU 3 (00000000:5D:00.0)", "GPU is lost", "nvidia-smi -r"))
-        for name in PER_GPU
+        *[(name, 3, "fail", ("GPU 3 (00000000:5D:00.0)", "GPU is lost", "nvidia-smi -r"))
+          for name in PER_GPU],
+        profile("fail", "[profile_gpu_unreadable] GPU 3 (00000000:5D:00.0)"),
     ]),
     ("persistence-off", H100, [
         ("persistence_mode", 2, "fail", ("GPU 2 (00000000:3A:00.0)", "persistence mode is off",
@@ -72,31 +86,39 @@ FAULTS: list[tuple[str, tuple[str, ...], list[Expect]]] = [
     ("retired-pages-limit", V100, [
         ("page_retirement", 0, "fail", ("GPU 0 (00000000:3B:00.0)", "63 retired pages",
                                         "DCGM limit 63", "RMA")),
+        unlisted("Tesla V100-SXM2-32GB"),
     ]),
     ("retired-pages-pending", V100, [
         ("page_retirement", 0, "fail", ("GPU 0 (00000000:3B:00.0)",
                                         "page retirement is pending", "reset the GPU")),
+        unlisted("Tesla V100-SXM2-32GB"),
     ]),
     ("pcie-width-x8", H100, [
         ("pcie_link", 6, "fail", ("GPU 6 (00000000:BA:00.0)", "width below maximum",
                                   "Gen5 x8, max Gen5 x16", "reseat")),
+        profile("fail", "[profile_pcie_width] GPU 6 (00000000:BA:00.0)", "expected x16, found x8"),
     ]),
     ("pcie-gen-idle-downshift", H100, [
         ("pcie_link", 7, "warn", ("GPU 7 (00000000:DB:00.0)",
                                   "idle downshift, re-check under load", "Gen1 x16")),
+        profile("warn", "[profile_pcie_generation] GPU 7", "expected Gen5, found Gen1"),
     ]),
     ("pcie-gen-idle-recovers", H100, []),
     ("pcie-gen-stuck", H100, [
         ("pcie_link", 7, "fail", ("GPU 7 (00000000:DB:00.0)", "below maximum under load",
                                   "Gen3 x16, max Gen5 x16")),
+        # judged under load, as pcie_link: the link stays at Gen3
+        profile("fail", "[profile_pcie_generation] GPU 7", "expected Gen5, found Gen3"),
     ]),
     ("pcie-gen-busy-low", H100, [
         ("pcie_link", 4, "fail", ("GPU 4 (00000000:9A:00.0)", "below maximum on a busy GPU",
                                   "Gen4 x16")),
+        profile("fail", "[profile_pcie_generation] GPU 4", "expected Gen5, found Gen4"),
     ]),
     ("nvlink-down", H100, [
         ("nvlink", 1, "fail", ("GPU 1 (00000000:2A:00.0)", "1 of 18 NVLink", "[7]",
                                "fabricmanager")),
+        profile("fail", "[profile_nvlink] GPU 1 (00000000:2A:00.0)", "expected 18, found 17"),
     ]),
     ("clock-events", H100, [
         ("clock_event_reasons", 0, "fail", ("GPU 0 (00000000:18:00.0)", "0x8", "HW slowdown",
@@ -117,7 +139,7 @@ FAULTS: list[tuple[str, tuple[str, ...], list[Expect]]] = [
         ("torch_arch_list", i, "fail", (f"GPU {i} (", "10.0 (sm_100)",
                                         "not in the wheel's arch list", "--gpu-arch sm_100"))
         for i in range(8)
-    ]),
+    ] + [unlisted("NVIDIA B200")]),
     ("torch-ptx-only", H100, []),
     ("torch-cuda-mismatch", H100, [
         ("torch_cuda_version", None, "fail", ("torch.version.cuda = 12.6", "plan expects 12.8",
@@ -208,10 +230,39 @@ def test_healthy_h100_node_passes_everything(tmp_path: Path) -> None:
     # 15 skips: the 9 above, the 4 fabric/network checks (this recording carries no
     # pci_devices, fabric_manager or infiniband section; tests/unit/node/test_hgx.py has those)
     # and the 2 that read the live machine only (PCIe ACS, IOMMU: a recording holds neither)
-    assert "75 pass, 0 warn, 0 fail, 15 skip" in run.out
+    assert "76 pass, 0 warn, 0 fail, 15 skip" in run.out
+    rec = run.find("profile")
+    assert rec["status"] == "pass"
+    assert "matches profile hgx-h100-8gpu" in rec["message"]
+    assert "HCA ports not compared" in rec["message"]  # no infiniband section
+    assert run.data["meta"]["profile"]["name"] == "hgx-h100-8gpu"
     for name in ("pcie_acs", "iommu_mode"):
         rec = run.find(name)
         assert rec["status"] == "skip" and "recording does not hold" in rec["message"], rec
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "says"),
+    [
+        ("hgx-h100-8gpu", "pass", "matches profile hgx-h100-8gpu"),
+        ("hgx-a100-80gb-8gpu", "fail", "[profile_gpu_model]"),
+        ("hgx-h100", "fail", "unknown system profile 'hgx-h100'"),
+    ],
+)
+def test_the_system_profile_option_names_the_profile(
+    tmp_path: Path, name: str, status: str, says: str
+) -> None:
+    """What the verify role passes (--system-profile=<gpufleet_system_profile>) reaches the
+    check; an unknown name is the check's failure, not a refused run."""
+    run = run_suite(
+        tmp_path, f"--nvml-recording={RECORDINGS}/healthy-h100x8.json", *H100,
+        f"--system-profile={name}",
+    )  # fmt: skip
+    rec = run.find("profile")
+    assert rec["status"] == status, rec
+    assert says in rec["message"]
+    assert run.data["meta"]["profile"]["requested"] == name
+    assert run.rc == (1 if status == "fail" else 0)
 
 
 def test_xid_window_option_widens_the_window(tmp_path: Path) -> None:
@@ -224,9 +275,10 @@ def test_xid_window_option_widens_the_window(tmp_path: Path) -> None:
     assert "GPU 4 (00000000:9A:00.0): Xid 79" in rec["message"]
 
 
-def test_healthy_single_gpu_passes(tmp_path: Path) -> None:
+def test_healthy_single_gpu_passes_all_but_the_profile(tmp_path: Path) -> None:
+    """No shipped profile lists an RTX 4090: under auto the profile check fails, naming it."""
     run = run_suite(tmp_path, f"--nvml-recording={RECORDINGS}/healthy-rtx4090x1.json", *SINGLE)
-    _assert_only(run, [])
+    _assert_only(run, [unlisted("NVIDIA GeForce RTX 4090")])
     st = run.statuses()
     for name in ("ecc_mode", "ecc_uncorrectable_volatile", "row_remap", "nvlink"):
         assert st[(name, 0)] == "skip", name  # consumer GPU: counters not supported
@@ -400,7 +452,8 @@ def test_manifest_gpus_expected_string(tmp_path: Path) -> None:
 
 def test_real_h200_recording_passes(tmp_path: Path) -> None:
     """The NVML recording taken on a real H200 (docs/gpu-validation.md) replays clean, with a
-    manifest the planner makes for what was installed there."""
+    manifest the planner makes for what was installed there, but for its profile: detected
+    as the HGX H200 board, one GPU without NVLink is not one (docs/profiles.md)."""
     from gpufleet.planning.planner import PlanRequest, make_plan
 
     plan = make_plan(
@@ -425,7 +478,8 @@ def test_real_h200_recording_passes(tmp_path: Path) -> None:
         f"--gpufleet-manifest={manifest}",
         "--no-pcie-load",
     )
-    _assert_only(run, [])
+    _assert_only(run, [profile("fail", "from profile hgx-h200-8gpu", "[profile_gpu_count]",
+                               "expected 8, found 1", "[profile_nvlink] GPU 0")])  # fmt: skip
     st = run.statuses()
     for name in ("driver_version", "cuda_driver_version", "torch_cuda_version", "nccl_version"):
         assert st[(name, None)] == "pass", name

@@ -119,6 +119,13 @@ def add_suite_options(add: AddOption) -> None:
     add("--ib-ports", metavar="HCA:PORT,...", help="ports ib_ports expects (default: IB)")
     add("--ib-min-rate", type=float, metavar="GBPS", help="least IB port rate (Gb/s)")
     add("--ib-link-layer", metavar="L", help="InfiniBand or Ethernet (RoCE)")
+    add(
+        "--system-profile",
+        type=argtypes.text,
+        metavar="NAME",
+        help="system profile the node is judged against (the host's gpufleet_system_profile; "
+        "gpufleet profile show lists them), default auto: detected from the GPUs",
+    )
     add("--no-pcie-load", action="store_true",
         help="do not load an idle GPU with torch to re-check a downshifted PCIe link")  # fmt: skip
 

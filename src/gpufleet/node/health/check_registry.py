@@ -16,18 +16,22 @@ check out. docs/checks.md, "Adding a check", lists what a new check touches.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
+from gpufleet.errors import GpufleetError
 from gpufleet.node import ib_ports as ibports
 from gpufleet.node import nvswitch as fabric
 from gpufleet.node import platform_checks as platform
-from gpufleet.node import xid
+from gpufleet.node import profiles, xid
 from gpufleet.node.health import _common, driver, kernel_log, links, memory, names, provisioned
 from gpufleet.node.health import pytorch as torchchecks
+from gpufleet.node.health import system_profile as sysprofile
 from gpufleet.node.health.context import NodeContext
-from gpufleet.node.nvml import GpuReading
+from gpufleet.node.health.pcie_load import idle_downshifted
+from gpufleet.node.nvml import GpuReading, NodeReading
 from gpufleet.results import Record
 
 Tier = Literal["health", "verify"]
@@ -155,7 +159,7 @@ def _ib_ports(ctx: NodeContext, _: GpuReading | None) -> Record:
 def _gpudirect_rdma(ctx: NodeContext, _: GpuReading | None) -> Record:
     ports = ibports.ports_from_raw(ctx.platform().infiniband)
     gpus = len(ctx.reading.gpus) if ctx.reading is not None else ctx.pci_gpus()
-    return ibports.gpudirect_rdma(ports, gpus, ctx.modules())
+    return ibports.gpudirect_rdma(ports, gpus, ctx.modules(), ctx.platform().memory_peers)
 
 
 def _live_only(name: str) -> Record:
@@ -177,6 +181,48 @@ def _iommu_mode(ctx: NodeContext, _: GpuReading | None) -> Record:
     if ctx.recording is not None:
         return _live_only(platform.IOMMU_MODE)
     return platform.iommu_mode(platform.read_iommu())
+
+
+def _profile_snapshot(ctx: NodeContext) -> NodeReading | None:
+    """What the profile is judged on: NVML's reading; without a driver, no GPU when the PCI
+    bus lists none (a CPU node), else None (the no-driver verdict: GPUs nobody can read)."""
+    if ctx.reading is not None:
+        return ctx.reading
+    err = ctx.nvml_error
+    if err is None or not err.no_driver or ctx.pci_gpus():
+        return None
+    return NodeReading(driver_version="", cuda_driver_version=None, gpus=())
+
+
+def _settled(ctx: NodeContext, profile: profiles.Profile, snapshot: NodeReading) -> NodeReading:
+    """``snapshot`` with each GPU idling below the profile's PCIe generation re-read under
+    load where it can be (as pcie_link does, and from its cache): an idle link downshifts."""
+    want = profile.pcie_generation
+    if not want or ctx.reading is None:
+        return snapshot
+    gpus = []
+    for gpu in snapshot.gpus:
+        low = gpu.pcie_gen_current is not None and gpu.pcie_gen_current < want
+        loaded = ctx.under_load(gpu) if low and idle_downshifted(gpu) else None
+        gpus.append(gpu if loaded is None else loaded)
+    return dataclasses.replace(snapshot, gpus=tuple(gpus))
+
+
+def _system_profile(ctx: NodeContext, _: GpuReading | None) -> Record | None:
+    snapshot = _profile_snapshot(ctx)
+    if snapshot is None:
+        return None
+    wanted = ctx.system_profile
+    try:
+        profile = profiles.select(wanted, snapshot, profiles.load_profiles(), ctx.pci_gpus())
+    except GpufleetError as exc:  # an unknown name, a node auto cannot place, a bad file
+        ctx.meta["profile"] = sysprofile.profile_meta(wanted, None, error=str(exc))
+        return sysprofile.profile_unresolved(wanted, exc)
+    raw_ib = ctx.infiniband()
+    ports = None if raw_ib is None else ibports.ports_from_raw(raw_ib)
+    findings = profiles.diff(profile, _settled(ctx, profile, snapshot), ports, node=ctx.node)
+    ctx.meta["profile"] = sysprofile.profile_meta(wanted, profile, findings, ports is not None)
+    return sysprofile.system_profile(profile, wanted, findings, ports is not None)
 
 
 def _xid_errors(ctx: NodeContext, _: GpuReading | None) -> Record:
@@ -255,6 +301,8 @@ CHECKS: tuple[NodeCheck, ...] = (
     # only with a reboot or a BIOS setting, and ACS asks lspci once per bridge
     NodeCheck(platform.PCIE_ACS, "fabric", VERIFY, _pcie_acs),
     NodeCheck(platform.IOMMU_MODE, "fabric", VERIFY, _iommu_mode),
+    # the node against its system profile (docs/profiles.md): every finding in one record
+    NodeCheck(names.SYSTEM_PROFILE, "profile", VERIFY, _system_profile),
     NodeCheck(names.XID, "links", BOTH, _xid_errors),
     NodeCheck(names.TORCH_CUDA, "torch", VERIFY, _torch_cuda_available, needs_driver=True),
     NodeCheck(names.TORCH_COUNT, "torch", VERIFY, _torch_device_count, needs_driver=True),

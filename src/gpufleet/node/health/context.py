@@ -175,6 +175,12 @@ class NodeContext:
         return expected_gpus_from(self.manifest, self.opt("expected_gpus"))
 
     @property
+    def system_profile(self) -> str:
+        """The profile this node is judged against (``--system-profile``, the host's
+        gpufleet_system_profile), default ``auto``: detected (gpufleet.node.profiles)."""
+        return str(self.opt("system_profile") or "auto").strip() or "auto"
+
+    @property
     def xid_window_hours(self) -> float:
         window = self.opt("xid_window_hours")
         return xid.DEFAULT_WINDOW_HOURS if window is None else float(window)
@@ -200,6 +206,13 @@ class NodeContext:
                 else fabric.read_platform()
             )
         return self._platform
+
+    def infiniband(self) -> Mapping[str, Mapping[str, Mapping[str, str]]] | None:
+        """The HCA ports as read (/sys/class/infiniband, or the recording's section); None
+        when they were not read: a recording without an ``infiniband`` section."""
+        if self.recording is not None and "infiniband" not in self.recording:
+            return None
+        return self.platform().infiniband
 
     def modules(self) -> tuple[str, ...]:
         if self.recording is not None:

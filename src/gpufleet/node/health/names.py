@@ -22,6 +22,8 @@ TORCH_CUDA_VERSION = "torch_cuda_version"
 NCCL_VERSION = "nccl_version"
 VISIBLE_DEVICES = "cuda_visible_devices"
 TOOLKIT = "cuda_toolkit"
+# the node against its system profile (gpufleet.node.profiles, docs/profiles.md)
+SYSTEM_PROFILE = "profile"
 # gpufleet health only: the node as provisioned, and a GPU NVML cannot read (in place of its
 # per-GPU checks)
 MANIFEST = "manifest"
@@ -48,6 +50,7 @@ __all__ = [
     "PCIE_LINK",
     "PERSISTENCE",
     "ROW_REMAP",
+    "SYSTEM_PROFILE",
     "TOOLKIT",
     "TORCH_ARCH",
     "TORCH_COUNT",

@@ -22,7 +22,8 @@ AUTO = "auto"
 INVENTORY_VARIABLE = "gpufleet_system_profile"
 SET_HINT = (
     f"set {INVENTORY_VARIABLE}: <profile> for this host in the inventory (host_vars or "
-    "hosts.yml), or pass --profile NAME; `gpufleet profile show` lists the profiles and "
+    "hosts.yml), or pass the name (`gpufleet profile diff --profile NAME`, the checks "
+    "suite's --system-profile NAME); `gpufleet profile show` lists the profiles and "
     "docs/profiles.md says how to add one"
 )
 
