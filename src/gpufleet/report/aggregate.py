@@ -223,6 +223,25 @@ def record_dict(r: Record) -> dict[str, Any]:
     return dict(vars(r))
 
 
+#: what summary.json keeps of a node's system profile (the checks file's meta["profile"],
+#: written by the node check profile: gpufleet.node.health.system_profile.profile_meta)
+PROFILE_KEYS = ("name", "requested", "how", "ib_compared", "error", "findings")
+
+
+def node_profile(nr: NodeResult) -> dict[str, Any] | None:
+    """The node's system profile and its findings (each with expected and found), from the
+    node checks' result file; None when the checks did not judge one."""
+    for f in nr.files:
+        meta = f.meta.get("profile") if f.kind == "checks" else None
+        if isinstance(meta, dict):
+            findings = meta.get("findings")
+            return {
+                **{k: meta.get(k) for k in PROFILE_KEYS},
+                "findings": findings if isinstance(findings, list) else [],
+            }
+    return None
+
+
 def to_json(s: Summary) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
@@ -236,6 +255,7 @@ def to_json(s: Summary) -> dict[str, Any]:
             n: {
                 "mode": sorted({f.mode for f in nr.files if f.mode in ("gpu", "cpu")}),
                 "files": [f.kind for f in nr.files],
+                "profile": node_profile(nr),
                 "records": [{"kind": k, **record_dict(r)} for k, r in nr.all_records()],
             }
             for n, nr in sorted(s.nodes.items())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -477,3 +478,62 @@ def test_a_missing_result_quotes_a_ranks_stderr_when_the_launch_log_has_no_error
     assert "first error (allreduce-rank1.stderr.log line 4): RuntimeError: rank 3 on n2" in (
         rec.message
     )
+
+
+# ------------------------------------------------------------------ hardware profile
+
+
+def _profile_checks(node: str, recording: str) -> ResultFile:
+    """The checks file the suite writes on ``node``: the profile check's record and meta,
+    judged on a recording of tests/fixtures/profiles/degraded.py."""
+    from fixtures.profiles import degraded
+    from gpufleet.node.health import check_registry as registry
+    from gpufleet.node.health.context import NodeContext
+    from gpufleet.node.nvml import RecordedReader
+
+    rec = degraded.recordings()[recording]
+    ctx = NodeContext.open({"node": node}, None, RecordedReader(rec), rec)
+    check = next(c for c in registry.CHECKS if c.name == "profile")
+    records = [dataclasses.replace(r, node=node) for r in registry.suite_records(check, ctx)]
+    return ResultFile(kind="checks", node=node, mode="gpu", started="2026-01-01T00:00:00Z",
+                      records=records, meta=ctx.meta)  # fmt: skip
+
+
+def test_the_report_shows_each_nodes_profile_finding_as_expected_and_found(
+    tmp_path: Path,
+) -> None:
+    d = tmp_path / "r1"
+    _profile_checks("gpu-a", "healthy-h100x8-ib").write(d / "gpu-a" / "checks.json")
+    _profile_checks("gpu-b", "nvlink-down").write(d / "gpu-b" / "checks.json")
+    s = report.write_report(d, plot=False)
+    data = json.loads((d / "summary.json").read_text())
+    a, b = data["nodes"]["gpu-a"]["profile"], data["nodes"]["gpu-b"]["profile"]
+    assert (a["name"], a["findings"]) == ("hgx-h100-8gpu", [])
+    assert [(f["name"], f["gpu"], f["expected"], f["found"]) for f in b["findings"]] == [
+        ("profile_nvlink", "1 (00000000:2A:00.0)", 18, 17)
+    ]
+    assert [(n, r.name) for n, _k, r in s.failures()] == [("gpu-b", "profile")]
+    md = (d / "summary.md").read_text()
+    section_a = md.split("### gpu-a", 1)[1].split("### gpu-b", 1)[0]
+    section_b = md.split("### gpu-b", 1)[1]
+    assert "Hardware profile: **hgx-h100-8gpu** (detected): matches hgx-h100-8gpu." in section_a
+    assert (
+        "Hardware profile: **hgx-h100-8gpu** (detected): 1 field(s) differ: FAIL GPU 1 "
+        "(00000000:2A:00.0): active NVLinks: expected 18, found 17"
+    ) in section_b
+    assert "expected 18" not in section_a
+
+
+def test_a_node_whose_profile_could_not_be_chosen_says_why(tmp_path: Path) -> None:
+    d = tmp_path / "r1"
+    meta = {"profile": {"requested": "dgx", "name": None, "how": "named", "ib_compared": True,
+                        "error": "unknown system profile 'dgx' (known: ...). Fix: set it",
+                        "findings": []}}  # fmt: skip
+    rf = ResultFile(kind="checks", node="n1", mode="gpu", started="2026-01-01T00:00:00Z",
+                    records=[Record("profile", "fail", node="n1", remedy="set it")], meta=meta)  # fmt: skip
+    rf.write(d / "n1" / "checks.json")
+    _smoke("n2").write(d / "n2" / "smoke.json")
+    report.write_report(d, plot=False)
+    md = (d / "summary.md").read_text()
+    assert "Hardware profile: none chosen (dgx): unknown system profile 'dgx'" in md
+    assert json.loads((d / "summary.json").read_text())["nodes"]["n2"]["profile"] is None
