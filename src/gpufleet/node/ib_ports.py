@@ -4,14 +4,24 @@ NCCL uses its InfiniBand verbs transport when an active HCA port is present and 
 to TCP sockets otherwise; GPUDirect RDMA (NIC reads and writes GPU memory directly) needs
 the ``nvidia-peermem`` kernel module, without it NCCL stages through host memory at a
 fraction of the bandwidth. Each port's facts are in
-``/sys/class/infiniband/<hca>/ports/<n>/{state,phys_state,link_layer,rate}``. Sources:
+``/sys/class/infiniband/<hca>/ports/<n>/{state,phys_state,link_layer,rate}``.
+
+Loaded is not enough: the module must also have registered with the peer-memory API of the
+``ib_core`` in use (MLNX_OFED/DOCA-OFED's), which makes
+``/sys/kernel/mm/memory_peers/nv_mem/version`` (or ``nv_mem_nc``) appear. A module built
+against another ``ib_core`` loads and registers nothing, and GPUDirect RDMA is silently off.
+:func:`gpudirect_rdma` judges both. Sources:
 
 * NCCL troubleshooting, networking (NIC-level diagnostics),
   https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html
-* GPUDirect RDMA, https://docs.nvidia.com/cuda/gpudirect-rdma/index.html
+* GPUDirect RDMA, "Using nvidia-peermem", https://docs.nvidia.com/cuda/gpudirect-rdma/index.html
 * half the bandwidth without peer memory, https://github.com/NVIDIA/nccl/issues/214
+* loaded but not registered, NCCL "GPU Direct RDMA Disabled",
+  https://github.com/NVIDIA/nccl/issues/1939; the memory_peers paths are the ones NCCL's
+  probe reads (``ncclIbGdrSupport``, src/transport/net_ib.cc, https://github.com/NVIDIA/nccl)
 
-Readers touch sysfs; the verdicts (:func:`ib_ports`, :func:`gpudirect_rdma`) are pure.
+Readers touch sysfs and take their root (tests pass a fake tree); the verdicts
+(:func:`ib_ports`, :func:`gpudirect_rdma`) are pure.
 """
 
 from __future__ import annotations
@@ -33,6 +43,10 @@ PHYS_LINK_UP = "LinkUp"
 #: Kernel modules that give NCCL GPUDirect RDMA (nvidia-peermem since R470; the older
 #: out-of-tree module was nv_peer_mem).
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+#: Peer-memory clients nvidia-peermem registers with ib_core (nv_mem; nv_mem_nc on some
+#: builds): /sys/kernel/mm/memory_peers/<client>/version exists once it has.
+MEMORY_PEERS = ("nv_mem", "nv_mem_nc")
+MEMORY_PEERS_ROOT = Path("/sys/kernel/mm/memory_peers")
 
 PORT_REMEDY = (
     "check the cable and the switch port (`ibstat`, `iblinkinfo`); a port in Polling has "
@@ -45,6 +59,16 @@ PEERMEM_REMEDY = (
     "/etc/modules-load.d/nvidia-peermem.conf` (`make provision` does, role infiniband; the "
     "module ships with the driver since R470; it must be rebuilt with the driver after an "
     "rdma-core/OFED change)"
+)
+PEERMEM_REGISTER_REMEDY = (
+    "nvidia-peermem was built without the peer-memory API of the ib_core in use: reinstall "
+    "(rebuild) the NVIDIA driver after MLNX_OFED/DOCA-OFED so nvidia-peermem links against "
+    "its ib_core, `rmmod nvidia_peermem; modprobe nvidia-peermem`, and check `dmesg | grep "
+    "peermem`"
+)
+PEERS_UNKNOWN_REMEDY = (
+    "record the node again with `gpufleet nvml record --full` (it records "
+    "/sys/kernel/mm/memory_peers), or run the check on the node itself"
 )
 
 
@@ -98,6 +122,13 @@ def read_ib_sysfs(
                     entry[name] = ""
             found.setdefault(hca.name, {})[port.name] = entry
     return found
+
+
+def read_memory_peers(root: Path = MEMORY_PEERS_ROOT) -> tuple[str, ...]:
+    """The peer-memory clients of :data:`MEMORY_PEERS` registered with ib_core (their
+    ``<root>/<client>/version`` exists); () when none is, or the directory is absent (an
+    ib_core without the peer-memory API)."""
+    return tuple(c for c in MEMORY_PEERS if (root / c / "version").is_file())
 
 
 def ports_from_raw(raw: Mapping[str, Mapping[str, Mapping[str, str]]]) -> list[IbPort]:
@@ -208,8 +239,21 @@ def ib_ports(
     )  # fmt: skip
 
 
-def gpudirect_rdma(ports: Sequence[IbPort], gpus: int | None, modules: Sequence[str]) -> Record:
-    """``nvidia-peermem`` loaded where GPUs and an active RDMA port are present."""
+def gpudirect_rdma(
+    ports: Sequence[IbPort],
+    gpus: int | None,
+    modules: Sequence[str],
+    registered: Sequence[str] | None,
+) -> Record:
+    """``nvidia-peermem`` loaded and registered with ib_core's peer-memory API where GPUs and
+    an active RDMA port are present.
+
+    ``modules``: the loaded kernel modules; ``registered``: the peer-memory clients of
+    :func:`read_memory_peers`, None when nobody looked (a recording made without the
+    ``memory_peers`` section): loaded is then all that can be told, and the verdict is
+    incomplete rather than a guess.
+    """
+    threshold = "nvidia_peermem loaded and registered (memory_peers/nv_mem)"
     if not ports:
         return make_record(GPUDIRECT_RDMA, "skip", "no InfiniBand/RoCE HCA: no GPUDirect RDMA path")
     if not gpus:
@@ -221,16 +265,33 @@ def gpudirect_rdma(ports: Sequence[IbPort], gpus: int | None, modules: Sequence[
             f"no active InfiniBand/RoCE port ({', '.join(p.name for p in ports)} inactive; "
             "see ib_ports)",
         )  # fmt: skip
+    where = f"{gpus} GPU(s) and active RDMA port(s) {', '.join(usable)}"
     loaded = [m for m in PEERMEM_MODULES if m in modules]
+    value = {"modules": loaded, "registered": None if registered is None else list(registered)}
     if not loaded:
         return make_record(
             GPUDIRECT_RDMA, "fail",
-            f"{gpus} GPU(s) and active RDMA port(s) {', '.join(usable)}, but nvidia-peermem is "
-            "not loaded: NCCL runs over IB without GPUDirect RDMA, staging through host memory.",
-            value=None, threshold="nvidia_peermem loaded", remedy=PEERMEM_REMEDY,
+            f"{where}, but nvidia-peermem is not loaded: NCCL runs over IB without GPUDirect "
+            "RDMA, staging through host memory.",
+            value=value, threshold=threshold, remedy=PEERMEM_REMEDY,
+        )  # fmt: skip
+    paths = " or ".join(f"{MEMORY_PEERS_ROOT}/{c}/version" for c in MEMORY_PEERS)
+    if registered is None:
+        return make_record(
+            GPUDIRECT_RDMA, "incomplete",
+            f"{loaded[0]} loaded ({where}), but whether it registered with the peer-memory "
+            f"API is unknown: the recording has no memory_peers section ({paths}).",
+            value=value, threshold=threshold, remedy=PEERS_UNKNOWN_REMEDY,
+        )  # fmt: skip
+    if not registered:
+        return make_record(
+            GPUDIRECT_RDMA, "fail",
+            f"{loaded[0]} is loaded but not registered with the peer-memory API ({paths} "
+            f"absent), {where}: GPUDirect RDMA is off (NCCL: GPU Direct RDMA Disabled).",
+            value=value, threshold=threshold, remedy=PEERMEM_REGISTER_REMEDY,
         )  # fmt: skip
     return make_record(
         GPUDIRECT_RDMA, "pass",
-        f"{loaded[0]} loaded; {gpus} GPU(s), active port(s) {', '.join(usable)}.",
-        value=loaded[0], threshold="nvidia_peermem loaded",
+        f"{loaded[0]} loaded and registered as {', '.join(registered)}; {where}.",
+        value=value, threshold=threshold,
     )  # fmt: skip

@@ -117,17 +117,22 @@ class PlatformFacts:
         default_factory=lambda: FabricManagerFacts(active_state=None)
     )
     infiniband: Mapping[str, Mapping[str, Mapping[str, str]]] = field(default_factory=dict)
+    #: peer-memory clients registered with ib_core (/sys/kernel/mm/memory_peers/<c>/version);
+    #: None: not read (a recording without the memory_peers section)
+    memory_peers: tuple[str, ...] | None = None
 
     @classmethod
     def from_recording(cls, rec: Mapping[str, Any]) -> PlatformFacts:
         """The recording's sections; an absent section means "not present"."""
         pci = rec.get("pci_devices")
+        peers = rec.get("memory_peers")
         return cls(
             nvswitches=tuple(nvswitches(parse_lspci_nn("\n".join(pci or ())))),
             pci_readable=True,
             virtualization=rec.get("virtualization"),
             fabric_manager=FabricManagerFacts.from_dict(rec.get("fabric_manager")),
             infiniband=rec.get("infiniband") or {},
+            memory_peers=None if peers is None else tuple(peers),
         )
 
 
@@ -174,9 +179,13 @@ def read_fabric_manager() -> FabricManagerFacts:
 def read_platform(
     pci_root: Path = Path("/sys/bus/pci/devices"),
     ib_root: Path = Path("/sys/class/infiniband"),
+    peers_root: Path = Path("/sys/kernel/mm/memory_peers"),
 ) -> PlatformFacts:
     """Read this machine's facts (sysfs, /proc/cpuinfo, systemd)."""
-    from gpufleet.node.ib_ports import read_ib_sysfs  # noqa: PLC0415 (ibports imports this module)
+    from gpufleet.node.ib_ports import (  # noqa: PLC0415 (ibports imports this module)
+        read_ib_sysfs,
+        read_memory_peers,
+    )
 
     devices = read_pci_sysfs(pci_root)
     try:
@@ -194,6 +203,7 @@ def read_platform(
         virtualization=detect_virtualization(cpuinfo, vendor),
         fabric_manager=read_fabric_manager() if switches else FabricManagerFacts(None),
         infiniband=read_ib_sysfs(ib_root),
+        memory_peers=read_memory_peers(peers_root),
     )
 
 
@@ -219,6 +229,7 @@ def record_platform(facts: PlatformFacts, pci_devices: Sequence[PciDevice]) -> d
             "error": fm.error,
         },
         "infiniband": {h: dict(p) for h, p in facts.infiniband.items()},
+        "memory_peers": None if facts.memory_peers is None else list(facts.memory_peers),
     }
 
 

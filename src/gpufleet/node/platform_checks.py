@@ -1,6 +1,6 @@
 """Platform checks users asked for after failures the other checks missed (issue 30 item 5).
 
-Three checks of what sits under NCCL, each a reader of the system (sysfs, /proc, one command)
+Two checks of what sits under NCCL, each a reader of the system (sysfs, /proc, one command)
 and a pure verdict returning a :class:`gpufleet.results.Record`:
 
 * ``pcie_acs``: PCI Access Control Services (ACS) enabled on a PCIe bridge above a GPU or an
@@ -14,17 +14,14 @@ and a pure verdict returning a :class:`gpufleet.results.Record`:
   Direct: GPUDirect RDMA relies on all PCIe devices seeing the same physical addresses, so an
   IOMMU must be off or in pass-through mode (GPUDirect RDMA, Design Considerations,
   https://docs.nvidia.com/cuda/gpudirect-rdma/index.html; NCCL troubleshooting, same section).
-* ``peermem_registered``: GPUDirect RDMA through ``nvidia-peermem`` needs the module loaded
-  *and* registered with the kernel's peer-memory API: ``/sys/kernel/mm/memory_peers/nv_mem/
-  version`` (or ``nv_mem_nc``) exists once it is. Loaded but unregistered, NCCL reports "GPU
-  Direct RDMA Disabled" (https://github.com/NVIDIA/nccl/issues/1939); NCCL's own probe reads
-  these paths (``ncclIbGdrSupport`` in net_ib.cc, https://github.com/NVIDIA/nccl).
-The Fabric Manager's version against the driver's is not here: ``fabric_manager``
-(gpufleet.node.nvswitch) judges it.
+
+``nvidia-peermem`` loaded and registered with the peer-memory API is ``gpudirect_rdma``'s
+(gpufleet.node.ib_ports), and the Fabric Manager's version against the driver's is
+``fabric_manager``'s (gpufleet.node.nvswitch): neither is repeated here.
 
 Readers take a filesystem ``root`` (tests pass a fake tree) and a :data:`Runner` for commands.
 A check that cannot look (no sysfs, ``lspci`` missing, not root) is ``incomplete``, never
-``fail``. :func:`platform_records` runs all three. docs/platform-checks.md has the details.
+``fail``. :func:`platform_records` runs both. docs/platform-checks.md has the details.
 """
 
 from __future__ import annotations
@@ -37,12 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpufleet.node.health._common import rec as make_record
-from gpufleet.node.ib_ports import PEERMEM_MODULES, PEERMEM_REMEDY
 from gpufleet.results import Record
 
 PCIE_ACS = "pcie_acs"
 IOMMU_MODE = "iommu_mode"
-PEERMEM_REGISTERED = "peermem_registered"
 
 NVIDIA_VENDOR = "10de"
 MELLANOX_VENDOR = "15b3"  # Mellanox / NVIDIA networking (ConnectX, BlueField)
@@ -52,8 +47,6 @@ HCA_CLASSES = ("0207", "0200")
 #: ACSCtl bits that send peer-to-peer traffic up to the root complex: NCCL's test is
 #: SrcValid+; request and completion redirect are the bits that do the redirecting.
 ACS_P2P_FLAGS = ("SrcValid", "ReqRedir", "CmpltRedir")
-#: Peer-memory clients nvidia-peermem registers (nv_mem; nv_mem_nc on some builds).
-MEMORY_PEERS = ("nv_mem", "nv_mem_nc")
 #: /sys/kernel/iommu_groups/<n>/type: identity is passthrough, DMA and DMA-FQ translate.
 IOMMU_IDENTITY = "identity"
 
@@ -75,12 +68,6 @@ IOMMU_REMEDY = (
     "VT-d/AMD-Vi off in the BIOS where no VM or SR-IOV needs it"
 )
 IOMMU_INCOMPLETE_REMEDY = "run the check on the host with /proc and /sys mounted"
-PEERMEM_REGISTER_REMEDY = (
-    "nvidia-peermem was built without the peer-memory API of the ib_core in use: reinstall "
-    "(rebuild) the NVIDIA driver after MLNX_OFED/DOCA-OFED so nvidia-peermem links against "
-    "its ib_core, `rmmod nvidia_peermem; modprobe nvidia-peermem`, and check `dmesg | grep "
-    "peermem`"
-)
 PCI_INCOMPLETE_REMEDY = "run the check on the host with /sys mounted"
 
 
@@ -449,78 +436,14 @@ def iommu_mode(facts: IommuFacts) -> Record:
     )  # fmt: skip
 
 
-# --------------------------------------------------------------------------- nvidia-peermem
-
-
-@dataclass(frozen=True)
-class PeermemFacts:
-    hcas: tuple[str, ...]  # /sys/class/infiniband entries
-    modules: tuple[str, ...]  # loaded peer-memory modules (/sys/module/<name>)
-    registered: tuple[str, ...]  # /sys/kernel/mm/memory_peers/<client>/version present
-    gpus: int | None
-
-
-def read_peermem(
-    root: Path | str = "/", functions: Sequence[PciFunction] | None = None
-) -> PeermemFacts:
-    base = Path(root)
-    ib = base / "sys/class/infiniband"
-    peers = base / "sys/kernel/mm/memory_peers"
-    return PeermemFacts(
-        hcas=tuple(sorted(p.name for p in ib.iterdir())) if ib.is_dir() else (),
-        modules=tuple(m for m in PEERMEM_MODULES if (base / "sys/module" / m).is_dir()),
-        registered=tuple(c for c in MEMORY_PEERS if (peers / c / "version").is_file()),
-        gpus=gpu_count(read_pci(root) if functions is None else functions),
-    )
-
-
-def peermem_registered(facts: PeermemFacts) -> Record:
-    """nvidia-peermem loaded and registered where an HCA and a GPU are present."""
-    threshold = "nvidia_peermem loaded, memory_peers/nv_mem registered"
-    paths = " or ".join(f"/sys/kernel/mm/memory_peers/{c}/version" for c in MEMORY_PEERS)
-    if not facts.hcas:
-        return make_record(
-            PEERMEM_REGISTERED, "skip",
-            "no InfiniBand/RoCE HCA (/sys/class/infiniband absent or empty): "
-            "no GPUDirect RDMA path",
-        )  # fmt: skip
-    hcas = ", ".join(facts.hcas)
-    if facts.gpus == 0:
-        return make_record(
-            PEERMEM_REGISTERED, "skip", f"HCA(s) {hcas} but no NVIDIA GPU: no GPUDirect RDMA path"
-        )
-    value = {"modules": list(facts.modules), "registered": list(facts.registered)}
-    if not facts.modules:
-        return make_record(
-            PEERMEM_REGISTERED, "fail",
-            f"HCA(s) {hcas}, but nvidia-peermem is not loaded (/sys/module/nvidia_peermem "
-            "absent): NCCL runs without GPUDirect RDMA, staging through host memory.",
-            value=value, threshold=threshold, remedy=PEERMEM_REMEDY,
-        )  # fmt: skip
-    if not facts.registered:
-        return make_record(
-            PEERMEM_REGISTERED, "fail",
-            f"{facts.modules[0]} is loaded but not registered with the peer-memory API "
-            f"({paths} absent), HCA(s) {hcas}: NCCL reports GPU Direct RDMA disabled.",
-            value=value, threshold=threshold, remedy=PEERMEM_REGISTER_REMEDY,
-        )  # fmt: skip
-    return make_record(
-        PEERMEM_REGISTERED, "pass",
-        f"{facts.modules[0]} loaded and registered as {', '.join(facts.registered)}; "
-        f"HCA(s) {hcas}.",
-        value=value, threshold=threshold,
-    )  # fmt: skip
-
-
-# --------------------------------------------------------------------------- all three
+# --------------------------------------------------------------------------- both
 
 
 def platform_records(root: Path | str = "/", run: Runner = run_command) -> list[Record]:
-    """The three platform checks of this machine (or of a fake tree under ``root``), reading
-    the PCI bus once."""
+    """The platform checks of this machine (or of a fake tree under ``root``): ``pcie_acs``
+    and ``iommu_mode``, reading the PCI bus once."""
     funcs = read_pci(root)
     return [
         pcie_acs(read_acs(root, run, funcs)),
         iommu_mode(read_iommu(root, funcs)),
-        peermem_registered(read_peermem(root, funcs)),
     ]

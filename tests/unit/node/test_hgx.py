@@ -47,7 +47,9 @@ def verdicts(rec: dict[str, Any]) -> dict[str, Record]:
             fabric.fabric_manager(facts, reading),
             fabric.gpu_fabric_state(facts, reading),
             ibports.ib_ports(ports),
-            ibports.gpudirect_rdma(ports, len(reading.gpus), rec.get("proc_modules", [])),
+            ibports.gpudirect_rdma(
+                ports, len(reading.gpus), rec.get("proc_modules", []), facts.memory_peers
+            ),
         )
     }
 
@@ -69,6 +71,10 @@ def _port(hca: str, **kw: str) -> Callable[[dict[str, Any]], None]:
 
 def _no_peermem(rec: dict[str, Any]) -> None:
     rec["proc_modules"].remove("nvidia_peermem")
+
+
+def _peermem_unregistered(rec: dict[str, Any]) -> None:
+    rec["memory_peers"] = []  # loaded, but built against another ib_core: nothing registered
 
 
 FAULTS: dict[str, tuple[Callable[[dict[str, Any]], None], str, str, str]] = {
@@ -93,6 +99,9 @@ FAULTS: dict[str, tuple[Callable[[dict[str, Any]], None], str, str, str]] = {
                           ibports.PORT_REMEDY, "mlx5_2:1 rate 200 Gb/sec (4X HDR) < 400"),
     "peermem-missing": (_no_peermem, "gpudirect_rdma", ibports.PEERMEM_REMEDY,
                         "nvidia-peermem is not loaded"),
+    "peermem-unregistered": (_peermem_unregistered, "gpudirect_rdma",
+                             ibports.PEERMEM_REGISTER_REMEDY,
+                             "nvidia_peermem is loaded but not registered"),
 }  # fmt: skip
 
 
@@ -174,7 +183,24 @@ def test_no_hca_skips_ib_and_gdr() -> None:
     assert got["ib_ports"].status == got["gpudirect_rdma"].status == "skip"
     assert "no InfiniBand/RoCE HCA" in got["ib_ports"].message
     ports = ibports.ports_from_raw(load("hgx-h100")["infiniband"])
-    assert ibports.gpudirect_rdma(ports, 0, []).status == "skip"
+    assert ibports.gpudirect_rdma(ports, 0, [], ()).status == "skip"
+
+
+def test_gpudirect_rdma_pass_names_the_registered_client() -> None:
+    record = verdicts(load("hgx-h100"))["gpudirect_rdma"]
+    assert record.message.startswith("nvidia_peermem loaded and registered as nv_mem; 8 GPU(s)")
+    assert record.value == {"modules": ["nvidia_peermem"], "registered": ["nv_mem"]}
+
+
+def test_recording_without_memory_peers_is_incomplete_not_a_guess() -> None:
+    rec = load("hgx-b200")
+    del rec["memory_peers"]  # recorded before the section existed
+    record = verdicts(rec)["gpudirect_rdma"]
+    assert record.status == "incomplete"
+    assert "nvidia_peermem loaded" in record.message and "unknown" in record.message
+    assert record.remedy == ibports.PEERS_UNKNOWN_REMEDY
+    del rec["infiniband"]  # not applicable wins over unknown
+    assert verdicts(rec)["gpudirect_rdma"].status == "skip"
 
 
 def test_fabric_manager_without_driver_fails_on_nvswitch_system() -> None:
@@ -345,8 +371,25 @@ def test_recorded_platform_replays_to_the_same_facts(tmp_path: Path) -> None:
     devices = pci.parse_lspci_nn("\n".join(rec["pci_devices"]))
     again = fabric.PlatformFacts.from_recording(fabric.record_platform(facts, devices))
     assert again == facts and len(again.nvswitches) == 2
+    assert again.memory_peers == ("nv_mem",)
+    del rec["memory_peers"]
+    unread = fabric.PlatformFacts.from_recording(rec)
+    assert unread.memory_peers is None
+    assert fabric.PlatformFacts.from_recording(fabric.record_platform(unread, devices)) == unread
     here = fabric.record_facts()  # this machine: whatever it has, it must replay
     assert fabric.PlatformFacts.from_recording(here).infiniband == here["infiniband"]
+    assert isinstance(here["memory_peers"], list)  # read on a live machine, even when empty
+
+
+def test_read_platform_reads_the_memory_peers_root(tmp_path: Path) -> None:
+    peers = tmp_path / "memory_peers"
+    (peers / "nv_mem").mkdir(parents=True)
+    (peers / "nv_mem" / "version").write_text("1.1\n")
+    facts = fabric.read_platform(tmp_path / "pci", tmp_path / "ib", peers)
+    assert facts.memory_peers == ("nv_mem",)
+    assert (
+        fabric.read_platform(tmp_path / "pci", tmp_path / "ib", tmp_path / "no").memory_peers == ()
+    )
 
 
 # ---------------------------------------------------------------- DCGM diagnostics
