@@ -9,10 +9,12 @@ that applies the table is :mod:`gpufleet.inputs.boundary`.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import re
 from collections.abc import Iterable
+from importlib import resources
 
 from gpufleet.errors import RefusedError
 from gpufleet.inputs import addresses, known
@@ -471,6 +473,31 @@ def check_driver_branch(value: object, name: str) -> str:
     )
     text = single_line(value, name, 6, r"[0-9]{3}|latest", allowed)
     if text != "latest" and int(text) not in branches:
+        raise refuse(name, value, allowed)
+    return text
+
+
+#: where the shipped system profiles live in the package (gpufleet.node.profiles loads them;
+#: each file is named after its profile, which the loader enforces)
+SYSTEM_PROFILE_DIR = "data/profiles"
+
+
+@functools.cache
+def known_system_profiles() -> tuple[str, ...]:
+    """The names of the shipped system profiles (docs/profiles.md)."""
+    root = resources.files("gpufleet").joinpath(SYSTEM_PROFILE_DIR)
+    return tuple(sorted(e.name[:-5] for e in root.iterdir() if e.name.endswith(".json")))
+
+
+def check_system_profile(value: object, name: str) -> str:
+    """``auto`` or the name of a shipped system profile (the host's gpufleet_system_profile)."""
+    profiles = known_system_profiles()
+    allowed = (
+        f"auto (detected from the GPUs) or a system profile: {', '.join(profiles)} "
+        "(`gpufleet profile show`; docs/profiles.md says how to add one)"
+    )
+    text = single_line(value, name, 64, r"[A-Za-z0-9][A-Za-z0-9._-]*", allowed)
+    if text != "auto" and text not in profiles:
         raise refuse(name, value, allowed)
     return text
 

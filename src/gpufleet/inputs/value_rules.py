@@ -231,6 +231,7 @@ VALUE_RULES: dict[str, Rule] = {
     **{name: _optional("slurm_name") for name in _SLURM_NAMES},
     "verify_slurm_gres": _optional("slurm_gres"),
     "verify_slurm_submit_host": _optional("host_name"),
+    "verify_system_profile": _rule("system_profile"),
     # --- preflight
     "preflight_gpu_archs": _each("gpu_arch"),
     "preflight_cuda_repo_baseurl": _optional("url", signed=True),

@@ -30,6 +30,7 @@ GOOD_NETWORK = {
     "cluster_network_address": "",
     "cluster_network_group": "gpu_nodes",
 }
+REPO = Path(__file__).resolve().parents[3]
 GROUPS = {"all": ["n1"], "ungrouped": [], "gpu_nodes": ["n1"], "login": []}
 
 
@@ -268,3 +269,32 @@ def test_warm_parses_the_files_of_every_role(tmp_path: Path) -> None:
     roles = [p for p in repo_roles.iterdir() if p.is_dir()]
     expected = sum((r / n).is_file() for r in roles for n in rolefiles.ROLE_FILES)
     assert count == expected and count >= 3 * (len(roles) - 1)
+
+
+def _role_defaults(*roles: str) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for role in roles:
+        out.update(yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text()))
+    return out
+
+
+def test_an_unknown_system_profile_is_refused_naming_the_host_variable() -> None:
+    """gpufleet_system_profile (per host) feeds verify_system_profile: an unknown name is
+    refused before any change, with the names gpufleet.node.profiles loads."""
+    from gpufleet.node.profiles import load_profiles
+
+    defaults = _role_defaults("gpufleet_common", "verify")
+    assert defaults["gpufleet_system_profile"] == "auto"
+    values = {"verify_system_profile": "dgx"}
+    fed = inputcheck.origins_of(
+        defaults, {"gpufleet_system_profile": "dgx"}, list(values), values.get
+    )
+    (problem,) = inputcheck.value_problems("verify", values, "n1", GROUPS, fed)
+    assert problem.startswith(
+        "n1: gpufleet_system_profile='dgx' (feeds verify_system_profile) is refused"
+    )
+    assert ", ".join(sorted(load_profiles())) in problem
+    for good in ("auto", *load_profiles()):
+        assert (
+            inputcheck.value_problems("verify", {"verify_system_profile": good}, "n1", GROUPS) == []
+        )
