@@ -526,11 +526,12 @@ def test_the_report_shows_each_nodes_profile_finding_as_expected_and_found(
 
 def test_a_node_whose_profile_could_not_be_chosen_says_why(tmp_path: Path) -> None:
     d = tmp_path / "r1"
-    meta = {"profile": {"requested": "dgx", "name": None, "how": "named", "ib_compared": True,
-                        "error": "unknown system profile 'dgx' (known: ...). Fix: set it",
-                        "findings": []}}  # fmt: skip
+    error = "unknown system profile 'dgx' (known: ...). Fix: set it"
+    profile: dict[str, object] = {"requested": "dgx", "name": None, "how": "named",
+                                  "ib_compared": True, "error": error, "findings": []}  # fmt: skip
     rf = ResultFile(kind="checks", node="n1", mode="gpu", started="2026-01-01T00:00:00Z",
-                    records=[Record("profile", "fail", node="n1", remedy="set it")], meta=meta)  # fmt: skip
+                    records=[Record("profile", "fail", node="n1", remedy="set it")],
+                    meta={"profile": profile})  # fmt: skip
     rf.write(d / "n1" / "checks.json")
     _smoke("n2").write(d / "n2" / "smoke.json")
     report.write_report(d, plot=False)
