@@ -332,7 +332,7 @@ total=$((SECONDS - START))
 case $rc_all in
   0) verdict="PASS: every GPU step passed on $ngpu GPU(s)" ;;
   1) verdict="FAIL: a step failed or timed out (see above)" ;;
-  *) verdict="NO GPU: nothing validated on a GPU; skipped: plan, nvml, profile$([ "$CPU_FORM" = 1 ] || echo ', and every other step but env'); the rest ran in their CPU form" ;;
+  *) verdict="NO GPU: nothing validated on a GPU; skipped: plan, nvml, profile$([ "$CPU_FORM" = 1 ] && echo '; the rest ran in their CPU form' || echo ', and every other step but env (CPU_FORM=0)')" ;;
 esac
 echo "total ${total}s (budget ${BUDGET}s); exit $rc_all; $verdict" | tee -a "$SUMMARY"
 "$PY" - "$SUMMARY" "$OUT/summary.json" "$rc_all" "$have_gpu" "$ngpu" "$total" <<'PY' || true
