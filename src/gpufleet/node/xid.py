@@ -52,20 +52,20 @@ XID_MEANING: dict[int, str] = {
     120: "GSP error",
 }
 
-#: Fix per Xid; the rest get the generic remedy.
+#: Fix per Xid, after NVIDIA's immediate action (gpufleet.node.health.kernel_log); the rest
+#: get the generic remedy.
 XID_REMEDY: dict[int, str] = {
-    79: "drain the node; reset the GPU (nvidia-smi -r) or power-cycle; check riser, "
-    "seating, PCIe AER errors and power; RMA if it recurs",
-    48: "drain the node and reset the GPU so the page is retired / row remapped; RMA if DBEs recur",
-    63: "reset the GPU (nvidia-smi -r) or reboot to apply the pending retirement/remap",
-    64: "remapping failed: drain the node and open a hardware ticket (RMA)",
-    74: "check NVLink/NVSwitch (nvidia-smi nvlink -s, Fabric Manager); reset the GPU; "
-    "RMA if it recurs",
+    79: "drain the node before the restart; afterwards check riser, seating, PCIe AER errors "
+    "and power; RMA if it recurs",
+    48: "the reset retires the page / applies the row remap; RMA if DBEs recur",
+    63: "the retirement/remap is recorded; it takes effect at the next GPU reset "
+    "(nvidia-smi -r) or reboot, so do one when convenient (nvidia-smi -q -d ROW_REMAPPER)",
+    64: "drain the node before the reset; the retirement/remap failed: open a hardware "
+    "ticket (RMA)",
+    74: "check NVLink/NVSwitch (nvidia-smi nvlink -s, Fabric Manager); RMA if it recurs",
     92: "watch the corrected-error rate (nvidia-smi -q -d ECC); RMA if it keeps rising",
-    119: "reset the GPU; update the driver; on proprietary modules NVreg_EnableGpuFirmware=0 "
-    "disables GSP",
-    120: "reset the GPU; update the driver; on proprietary modules NVreg_EnableGpuFirmware=0 "
-    "disables GSP",
+    119: "update the driver; on proprietary modules NVreg_EnableGpuFirmware=0 disables GSP",
+    120: "update the driver; on proprietary modules NVreg_EnableGpuFirmware=0 disables GSP",
 }
 GENERIC_REMEDY = (
     "drain the node, inspect `nvidia-smi -q` and `journalctl -k`, reset the GPU "

@@ -15,6 +15,7 @@ from gpufleet.node.facts import (
     torch_index_for,
     visible_devices,
 )
+from gpufleet.node.health import kernel_log
 from gpufleet.node.nvml import GpuReading, NodeReading, NvmlUnavailable
 from gpufleet.node.xid import XidEvent
 
@@ -183,33 +184,92 @@ def test_xid_errors_groups_and_names_gpus() -> None:
         in rec.message
     )
     assert rec.value == [79]
-    assert rec.remedy.startswith("Xid 79 (RESTART_BM): drain the node")
+    assert rec.remedy.startswith(
+        "Xid 79 (RESTART_BM): restart the bare-metal machine (reboot; power-cycle if the GPU "
+        "stays lost); drain the node before the restart"
+    )
     passed = health.xid_errors(events[2:], [GPU], 2, now)
     assert passed.status == "pass"
     assert "non-critical Xids seen: [13]; 13: application, RESTART_APP" in passed.message
 
 
+#: Rows of NVIDIA's Xid catalog, https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html
+#: (table "Xids": Code, Mnemonic, "Resolution Bucket (Immediate Action)"), written out here as
+#: read there, not taken from XID_BUCKETS.
+CATALOG_IMMEDIATE_ACTION = [
+    (13, "ROBUST_CHANNEL_GR_EXCEPTION", "RESTART_APP"),
+    (31, "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", "RESTART_APP"),
+    (43, "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR", "IGNORE"),
+    (45, "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL", "WORKFLOW_XID_45"),
+    (46, "ROBUST_CHANNEL_GPU_TIMEOUT_ERROR", "RESET_GPU"),
+    (48, "ROBUST_CHANNEL_GPU_ECC_DBE", "WORKFLOW_XID_48"),
+    (54, "SILENT_RUNNING_PWR_REDUCED_CLOCKING", "CHECK_MECHANICALS"),
+    (56, "DISPLAY_CHANNEL_EXCEPTION", "CONTACT_SUPPORT"),  # Unused
+    (57, "FB_LINK_TRAINING_FAILURE_ERROR", "CONTACT_SUPPORT"),  # Unused
+    (58, "FB_MEMORY_ERROR", "CONTACT_SUPPORT"),  # Unused
+    (61, "PMU_BREAKPOINT", "CONTACT_SUPPORT"),  # Unused
+    (62, "PMU_HALT_ERROR", "RESET_GPU"),
+    (63, "INFOROM_DRAM_RETIREMENT_EVENT", "IGNORE"),
+    (64, "INFOROM_DRAM_RETIREMENT_FAILURE", "RESET_GPU"),
+    (65, "ROBUST_CHANNEL_NVENC1_ERROR", "CONTACT_SUPPORT"),  # Unused
+    (68, "ROBUST_CHANNEL_NVDEC0_ERROR", "RESTART_APP"),
+    (69, "ROBUST_CHANNEL_GR_CLASS_ERROR", "RESTART_APP"),
+    (73, "ROBUST_CHANNEL_NVENC2_ERROR", "CONTACT_SUPPORT"),  # Unused
+    (74, "NVLINK_ERROR", "WORKFLOW_NVLINK_ERR"),
+    (78, "VGPU_START_ERROR", "UPDATE_SWFW"),
+    (79, "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS", "RESTART_BM"),
+    (80, "PBDMA_PUSHBUFFER_CRC_MISMATCH", "RESTART_APP"),
+    (81, "ROBUST_CHANNEL_VGA_SUBSYSTEM_ERROR", "CONTACT_SUPPORT"),  # Unused
+    (92, "EXCESSIVE_SBE_INTERRUPTS", "IGNORE"),
+    (94, "ROBUST_CHANNEL_CONTAINED_ERROR", "RESTART_APP"),
+    (95, "ROBUST_CHANNEL_UNCONTAINED_ERROR", "RESET_GPU"),
+    (109, "ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR", "RESET_GPU"),
+    (119, "GSP_RPC_TIMEOUT", "RESET_GPU"),
+    (120, "GSP_ERROR", "RESET_GPU"),
+    (121, "C2C_ERROR", "IGNORE"),
+    (140, "UNRECOVERABLE_ECC_ERROR_ESCAPE", "RESET_GPU"),
+    (143, "GPU_INIT_ERROR", "RESET_GPU"),
+    (144, "NVLINK_SAW_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    (149, "NVLINK_NETIR_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    (150, "NVLINK_MSE_ERROR", "WORKFLOW_NVLINK5_ERR"),
+    (151, "ROBUST_CHANNEL_KEY_ROTATION_ERROR", "RESTART_VM"),
+    (154, "GPU_RECOVERY_ACTION_CHANGED", "XID_154"),
+    (159, "ROBUST_CHANNEL_CHI_NON_DATA_ERROR", "CHECK_UVM"),
+]
+
+
 @pytest.mark.parametrize(
-    ("xid", "family", "action"),
-    [
-        (13, "application", "RESTART_APP"),
-        (31, "application", "RESTART_APP"),
-        (43, "application", "RESTART_APP"),
-        (48, "memory", "RESET_GPU"),
-        (63, "memory", "RESET_GPU"),
-        (64, "memory", "CONTACT_SUPPORT"),
-        (94, "memory", "RESTART_APP"),
-        (95, "memory", "RESET_GPU"),
-        (79, "bus", "RESTART_BM"),
-        (74, "nvlink", "RESET_GPU"),
-        (119, "gsp", "RESET_GPU"),
-        (120, "gsp", "RESET_GPU"),
-        (9999, "unknown", "CONTACT_SUPPORT"),
-    ],
+    ("xid", "mnemonic", "action"),
+    CATALOG_IMMEDIATE_ACTION,
+    ids=[str(r[0]) for r in CATALOG_IMMEDIATE_ACTION],
 )
-def test_xid_resolution_buckets(xid: int, family: str, action: str) -> None:
-    """NVIDIA's Xid catalog, immediate action (docs.nvidia.com/deploy/xid-errors)."""
-    assert health.xid_bucket(xid) == health.XidBucket(family, action)
+def test_xid_action_is_the_catalogs_immediate_action(xid: int, mnemonic: str, action: str) -> None:
+    assert health.xid_bucket(xid).action == action, mnemonic
+
+
+@pytest.mark.parametrize(
+    ("xid", "family"),
+    [(13, "application"), (48, "memory"), (63, "memory"), (79, "bus"), (74, "nvlink"),
+     (145, "nvlink"), (119, "gsp"), (62, "engine"), (54, "power")],
+)  # fmt: skip
+def test_xid_family(xid: int, family: str) -> None:
+    assert health.xid_bucket(xid).family == family
+
+
+@pytest.mark.parametrize("xid", [0, 200, 9999])
+def test_an_xid_not_in_the_table_gets_the_unknown_bucket(xid: int) -> None:
+    assert xid not in health.XID_BUCKETS
+    assert health.xid_bucket(xid) == health.XidBucket("unknown", "CONTACT_SUPPORT")
+
+
+def test_every_action_in_the_table_says_what_to_do() -> None:
+    """Each action the table uses (and the unknown bucket's) has its guidance in the remedy."""
+    actions = {b.action for b in health.XID_BUCKETS.values()} | {"CONTACT_SUPPORT"}
+    assert actions <= set(kernel_log.ACTION_GUIDANCE)
+    for xid, bucket in health.XID_BUCKETS.items():
+        remedy = kernel_log.xid_remedy(xid)
+        assert remedy.startswith(f"Xid {xid} ({bucket.action}): ")
+        assert kernel_log.ACTION_GUIDANCE[bucket.action] in remedy
 
 
 def test_every_critical_xid_has_a_bucket() -> None:
