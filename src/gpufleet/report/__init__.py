@@ -18,7 +18,9 @@ node at fault in O(log n) launches (``localise``).
 
 The package is split by job: ``logs`` (log analysis), ``localise`` (the bisection schedule
 and its verdict), ``aggregate`` (collect + summary.json), ``render`` (summary.md, bandwidth.png,
-table, report files); ``model`` holds the Summary dataclasses. The command line is
+table, report files), ``slownodes`` (each node against the fleet median),
+``profile_floors`` (each node against its system profile's floors); ``model`` holds the
+Summary dataclasses. The command line is
 ``gpufleet report`` (gpufleet.commands.cmd_report).
 """
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import GpufleetError, RefusedError
-from gpufleet.report import junit, slownodes, training
+from gpufleet.report import junit, profile_floors, slownodes, training
 from gpufleet.report.localise import analyse_bisection
 from gpufleet.report.logs import (
     junit_records,
@@ -165,6 +165,8 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
     analyse_bisection(summary)
     for rec in slownodes.find(summary):
         nodes[rec.node].records.append(rec)
+    for rec in profile_floors.judge(summary):
+        nodes[rec.node].records.append(rec)
     unavailable = slurm_unavailable(summary)
     if summary.suspects:
         summary.suspect_reason = summary.bisect_reason
@@ -231,15 +233,14 @@ PROFILE_KEYS = ("name", "requested", "how", "ib_compared", "error", "findings")
 def node_profile(nr: NodeResult) -> dict[str, Any] | None:
     """The node's system profile and its findings (each with expected and found), from the
     node checks' result file; None when the checks did not judge one."""
-    for f in nr.files:
-        meta = f.meta.get("profile") if f.kind == "checks" else None
-        if isinstance(meta, dict):
-            findings = meta.get("findings")
-            return {
-                **{k: meta.get(k) for k in PROFILE_KEYS},
-                "findings": findings if isinstance(findings, list) else [],
-            }
-    return None
+    meta = profile_floors.profile_meta(nr.files)
+    if meta is None:
+        return None
+    findings = meta.get("findings")
+    return {
+        **{k: meta.get(k) for k in PROFILE_KEYS},
+        "findings": findings if isinstance(findings, list) else [],
+    }
 
 
 def to_json(s: Summary) -> dict[str, Any]:
@@ -256,6 +257,7 @@ def to_json(s: Summary) -> dict[str, Any]:
                 "mode": sorted({f.mode for f in nr.files if f.mode in ("gpu", "cpu")}),
                 "files": [f.kind for f in nr.files],
                 "profile": node_profile(nr),
+                "floors": s.floors.get(n, []),
                 "records": [{"kind": k, **record_dict(r)} for k, r in nr.all_records()],
             }
             for n, nr in sorted(s.nodes.items())
@@ -274,6 +276,7 @@ def to_json(s: Summary) -> dict[str, Any]:
         "junit": junit.FILE,  # relative to the run folder
         "slow_nodes": s.slow_nodes,
         "slow_reason": s.slow_reason,
+        "floors_reason": s.floors_reason,
         "pairs": s.pairs,
         "slurm_jobs": slurm_jobs(s),
         **training_sections(s),

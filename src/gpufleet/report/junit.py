@@ -2,8 +2,8 @@
 
 One ``<testsuites>`` holding a ``<testsuite>`` per node (its own suites: checks, smoke,
 dcgm, probe, ...) and one per cluster step (all-reduce, training, bisection, slow nodes,
-Slurm jobs), a ``<testcase>`` per record. The shape is the Apache Ant JUnit schema that
-Jenkins and GitLab read (https://github.com/windyroad/JUnit-Schema/blob/master/JUnit.xsd):
+profile floors, Slurm jobs), a ``<testcase>`` per record. The shape is the Apache Ant JUnit
+schema that Jenkins and GitLab read (https://github.com/windyroad/JUnit-Schema/blob/master/JUnit.xsd):
 ``<testsuites>`` has no attributes; each ``<testsuite>`` has ``name``, ``package``, ``id``,
 ``timestamp`` (ISO 8601 without a zone: UTC here), ``hostname``, ``tests``, ``failures``,
 ``errors``, ``skipped`` and ``time``, then ``<properties>``, the test cases,
@@ -41,6 +41,7 @@ CLUSTER_STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("bisection", ("bisect-*",)),
     ("pair-sweep", ("pair-*",)),
     ("slow-nodes", ("slow-nodes",)),
+    ("profile-floors", ("profile-floors",)),  # gpufleet.report.profile_floors
     ("slurm", ("slurm-*",)),
 )
 # characters XML 1.0 cannot carry (log tails hold ANSI escapes and the like)

@@ -46,6 +46,9 @@ class Summary:
     slow_nodes: list[dict[str, Any]] = field(default_factory=list)
     slow_reason: str = ""  # why no comparison ran, or how many nodes were compared
     pairs: dict[str, Any] | None = None  # the pair-sweep matrix, when pairs.json exists
+    # each node's figures against its system profile's floors (gpufleet.report.profile_floors)
+    floors: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    floors_reason: str = ""  # what was judged, in one sentence
 
     def rows(self) -> list[tuple[str, str, Record]]:
         return [
