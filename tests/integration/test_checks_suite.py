@@ -17,8 +17,11 @@ SINGLE = (*H100, "--expected-gpus", "1")
 V100 = (*SINGLE, "--expect-cuda", "12.4")
 PER_GPU = (
     "persistence_mode", "ecc_mode", "ecc_uncorrectable_volatile", "page_retirement",
-    "row_remap", "pcie_link", "nvlink", "clock_event_reasons", "torch_arch_list",
+    "row_remap", "pcie_link", "nvlink", "clock_event_reasons", "host_device_copy",
+    "torch_arch_list",
 )  # fmt: skip
+#: per-GPU checks that measure the live machine: a recording holds no figure for them (skip)
+LIVE_ONLY_PER_GPU = ("host_device_copy",)
 NODE_GPU_CHECKS = (
     "driver_loaded", "driver_version", "cuda_driver_version", "gpu_count",
     "torch_cuda_available", "torch_device_count", "cuda_visible_devices",
@@ -217,6 +220,9 @@ def test_healthy_h100_node_passes_everything(tmp_path: Path) -> None:
         if name == "page_retirement":  # H100: NOT_SUPPORTED (row remapping instead)
             assert st[(name, 0)] == "skip"
             continue
+        if name in LIVE_ONLY_PER_GPU:
+            assert {st[(name, i)] for i in range(8)} == {"skip"}, name
+            continue
         assert {(name, i) for i in range(8)} <= passed, name
     for name in (*NODE_GPU_CHECKS[:-1], "nouveau_not_loaded", "xid_errors",
                  "torch_cuda_version", "nccl_version", "cuda_toolkit"):  # fmt: skip
@@ -227,10 +233,11 @@ def test_healthy_h100_node_passes_everything(tmp_path: Path) -> None:
     assert run.data["mode"] == "gpu"
     assert run.data["node"] == "gpu-h100-01"
     assert "gpufleet summary" in run.out
-    # 15 skips: the 9 above, the 4 fabric/network checks (this recording carries no
-    # pci_devices, fabric_manager or infiniband section; tests/unit/node/test_hgx.py has those)
-    # and the 2 that read the live machine only (PCIe ACS, IOMMU: a recording holds neither)
-    assert "76 pass, 0 warn, 0 fail, 15 skip" in run.out
+    # 23 skips: the 9 above, the 4 fabric/network checks (this recording carries no
+    # pci_devices, fabric_manager or infiniband section; tests/unit/node/test_hgx.py has those),
+    # the 2 that read the live machine only (PCIe ACS, IOMMU: a recording holds neither) and
+    # host_device_copy on each of the 8 GPUs (a copy measured with torch on the live machine)
+    assert "76 pass, 0 warn, 0 fail, 23 skip" in run.out
     rec = run.find("profile")
     assert rec["status"] == "pass"
     assert "matches profile hgx-h100-8gpu" in rec["message"]
@@ -504,5 +511,5 @@ def test_a_check_that_cannot_run_is_incomplete_a_junit_skip(tmp_path: Path) -> N
     (case,) = [c for c in run.junit.iter("testcase") if c.get("name") == "test_xid_errors"]
     (skipped,) = list(case.iter("skipped"))
     assert str(skipped.get("message")).startswith("incomplete: kernel log unreadable")
-    assert "0 fail, 15 skip, 1 incomplete" in run.out
+    assert "0 fail, 23 skip, 1 incomplete" in run.out  # 8 of them host_device_copy
     assert "INCOMPLETE xid_errors: kernel log unreadable" in run.out

@@ -7,14 +7,18 @@ the ``message`` says all of it in one paragraph.
 One module per check family: :mod:`~gpufleet.node.health.driver` (driver and node),
 :mod:`~gpufleet.node.health.memory` (ECC, page retirement, row remap),
 :mod:`~gpufleet.node.health.links` (PCIe, NVLink, clocks), :mod:`~gpufleet.node.health.kernel_log`
-(Xid), :mod:`~gpufleet.node.health.pytorch` (torch, NCCL, toolkit) and
-:mod:`~gpufleet.node.health.provisioned` (manifest, env python, nccl.env); check names live in
-:mod:`~gpufleet.node.health.names`. This package re-exports the verdicts (``health.pcie_link``).
+(Xid), :mod:`~gpufleet.node.health.pytorch` (torch, NCCL, toolkit),
+:mod:`~gpufleet.node.health.provisioned` (manifest, env python, nccl.env),
+:mod:`~gpufleet.node.health.system_profile` (the node against its profile) and
+:mod:`~gpufleet.node.health.host_copy` (host<->device copy against the profile's floor);
+check names live in :mod:`~gpufleet.node.health.names`. This package re-exports the verdicts
+(``health.pcie_link``).
 
 The wiring, imported by name (it reads the node, and gpufleet.node.nvswitch imports this
 package): :mod:`~gpufleet.node.health.check_registry` lists every node check once (name, tiers,
 judge), :mod:`~gpufleet.node.health.context` gathers what the judges read,
-:mod:`~gpufleet.node.health.pcie_load` loads idle GPUs to re-check their PCIe link.
+:mod:`~gpufleet.node.health.pcie_load` loads idle GPUs to re-check their PCIe link,
+:mod:`~gpufleet.node.health.host_copy_bench` measures a GPU's copy bandwidth with torch.
 
 Thresholds and their sources:
 
@@ -47,6 +51,7 @@ from gpufleet.node.health.driver import (
     nouveau,
     persistence_mode,
 )
+from gpufleet.node.health.host_copy import host_device_copy
 from gpufleet.node.health.kernel_log import (
     XID_BUCKETS,
     XidBucket,
@@ -124,6 +129,7 @@ __all__ = [
     "ecc_uncorrectable",
     "gpu_count",
     "gpu_unreadable",
+    "host_device_copy",
     "kernel_log_unreadable",
     "nccl_version",
     "no_driver",

@@ -22,11 +22,22 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpufleet.errors import GpufleetError
+from gpufleet.node import facts as nodefacts
 from gpufleet.node import ib_ports as ibports
 from gpufleet.node import nvswitch as fabric
 from gpufleet.node import platform_checks as platform
 from gpufleet.node import profiles, xid
-from gpufleet.node.health import _common, driver, kernel_log, links, memory, names, provisioned
+from gpufleet.node.health import (
+    _common,
+    driver,
+    host_copy,
+    host_copy_bench,
+    kernel_log,
+    links,
+    memory,
+    names,
+    provisioned,
+)
 from gpufleet.node.health import pytorch as torchchecks
 from gpufleet.node.health import system_profile as sysprofile
 from gpufleet.node.health.context import NodeContext
@@ -208,21 +219,69 @@ def _settled(ctx: NodeContext, profile: profiles.Profile, snapshot: NodeReading)
     return dataclasses.replace(snapshot, gpus=tuple(gpus))
 
 
+def _chosen_profile(ctx: NodeContext, snapshot: NodeReading) -> profiles.Profile | GpufleetError:
+    """The node's system profile, chosen once per context (the checks profile and
+    host_device_copy read it), or why none could be: an unknown name, a node auto cannot
+    place, a bad file."""
+    if "profile" not in ctx.derived:
+        try:
+            ctx.derived["profile"] = profiles.select(
+                ctx.system_profile, snapshot, profiles.load_profiles(), ctx.pci_gpus()
+            )
+        except GpufleetError as exc:
+            ctx.derived["profile"] = exc
+    chosen: profiles.Profile | GpufleetError = ctx.derived["profile"]
+    return chosen
+
+
 def _system_profile(ctx: NodeContext, _: GpuReading | None) -> Record | None:
     snapshot = _profile_snapshot(ctx)
     if snapshot is None:
         return None
     wanted = ctx.system_profile
-    try:
-        profile = profiles.select(wanted, snapshot, profiles.load_profiles(), ctx.pci_gpus())
-    except GpufleetError as exc:  # an unknown name, a node auto cannot place, a bad file
-        ctx.meta["profile"] = sysprofile.profile_meta(wanted, None, error=str(exc))
-        return sysprofile.profile_unresolved(wanted, exc)
+    profile = _chosen_profile(ctx, snapshot)
+    if isinstance(profile, GpufleetError):
+        ctx.meta["profile"] = sysprofile.profile_meta(wanted, None, error=str(profile))
+        return sysprofile.profile_unresolved(wanted, profile)
     raw_ib = ctx.infiniband()
     ports = None if raw_ib is None else ibports.ports_from_raw(raw_ib)
     findings = profiles.diff(profile, _settled(ctx, profile, snapshot), ports, node=ctx.node)
     ctx.meta["profile"] = sysprofile.profile_meta(wanted, profile, findings, ports is not None)
     return sysprofile.system_profile(profile, wanted, findings, ports is not None)
+
+
+def _host_device_copy(ctx: NodeContext, gpu: GpuReading | None) -> Record | None:
+    """Measure this GPU's copy bandwidth (host_copy_bench) and judge it against the profile's
+    floors.host_device_copy_gbs (host_copy); a recording or a torch without CUDA: skip."""
+    if gpu is None or ctx.reading is None:
+        return None
+    chosen = _chosen_profile(ctx, ctx.reading)
+    profile = None if isinstance(chosen, GpufleetError) else chosen
+    figure = None if profile is None else profile.floor(host_copy.FLOOR)
+    floor = None if figure is None or figure.value is None else float(figure.value)
+    size = int(figure.message_bytes) if figure and figure.message_bytes else host_copy.COPY_BYTES
+    name = None if profile is None else profile.name
+
+    def skip(why: str) -> Record:
+        return host_copy.host_device_copy(gpu, None, floor, name, why_not=why)
+
+    if gpu.error is not None:  # NVML cannot read it: the lost-GPU verdict, never measured
+        return skip("NVML cannot read this GPU")
+    if ctx.recording is not None:
+        return skip("an NVML recording holds no copy figure: measured on the live machine only")
+    tf = ctx.torch()
+    if not tf.cuda_available:
+        error = f" ({tf.error})" if tf.error else ""
+        return skip(f"torch {tf.version or '(not importable)'} cannot use CUDA here{error}")
+    index = nodefacts.torch_index_for(gpu.pci_bus_id, tf)
+    if index is None:
+        return skip("torch lists no CUDA device at this PCI bus id (CUDA_VISIBLE_DEVICES?)")
+    try:
+        measured = host_copy_bench.measure(index, gpu.pci_bus_id, size)
+    except Exception as exc:  # a CUDA error or OOM must not crash the suite
+        return host_copy.measurement_failed(gpu, f"{type(exc).__name__}: {exc}")
+    ctx.meta.setdefault("host_device_copy", []).append({"gpu": gpu.label, **measured.to_dict()})
+    return host_copy.host_device_copy(gpu, measured, floor, name)
 
 
 def _xid_errors(ctx: NodeContext, _: GpuReading | None) -> Record:
@@ -303,6 +362,8 @@ CHECKS: tuple[NodeCheck, ...] = (
     NodeCheck(platform.IOMMU_MODE, "fabric", VERIFY, _iommu_mode),
     # the node against its system profile (docs/profiles.md): every finding in one record
     NodeCheck(names.SYSTEM_PROFILE, "profile", VERIFY, _system_profile),
+    # per GPU: host<->device copy bandwidth against the profile's floor (torch, live only)
+    NodeCheck(names.HOST_DEVICE_COPY, "profile", VERIFY, _host_device_copy, GPU),
     NodeCheck(names.XID, "links", BOTH, _xid_errors),
     NodeCheck(names.TORCH_CUDA, "torch", VERIFY, _torch_cuda_available, needs_driver=True),
     NodeCheck(names.TORCH_COUNT, "torch", VERIFY, _torch_device_count, needs_driver=True),

@@ -97,6 +97,8 @@ class NodeContext:
     _torch: nodefacts.TorchFacts | None = None
     _under_load: dict[int, GpuReading] | None = None
     _platform: fabric.PlatformFacts | None = None
+    #: what a judge derived once for the others (check_registry: the chosen system profile)
+    derived: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def open(

@@ -24,6 +24,8 @@ VISIBLE_DEVICES = "cuda_visible_devices"
 TOOLKIT = "cuda_toolkit"
 # the node against its system profile (gpufleet.node.profiles, docs/profiles.md)
 SYSTEM_PROFILE = "profile"
+# per GPU: host<->device copy bandwidth against the profile's floor (gpufleet.node.health.host_copy)
+HOST_DEVICE_COPY = "host_device_copy"
 # gpufleet health only: the node as provisioned, and a GPU NVML cannot read (in place of its
 # per-GPU checks)
 MANIFEST = "manifest"
@@ -41,6 +43,7 @@ __all__ = [
     "ENV_PYTHON",
     "GPU_COUNT",
     "GPU_READABLE",
+    "HOST_DEVICE_COPY",
     "MANIFEST",
     "NCCL_ENV",
     "NCCL_VERSION",
