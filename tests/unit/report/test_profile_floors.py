@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet import report
+from gpufleet.node.profiles import load_profiles
 from gpufleet.report import profile_floors
 from gpufleet.results import BandwidthRow, Record, ResultFile
 from gpufleet.verify import bandwidth as bench
@@ -23,7 +24,7 @@ CASE = "profile-floors:allreduce_busbw_gbs"
 
 def _checks(node: str, profile: str | None) -> ResultFile:
     """The checks file the node check ``profile`` leaves: its record and meta["profile"]."""
-    meta = {"requested": "auto", "name": profile, "how": "detected", "ib_compared": False,
+    meta: dict[str, object] = {"requested": "auto", "name": profile, "how": "detected", "ib_compared": False,
             "error": "" if profile else "no profile lists the GPU model(s)", "findings": []}  # fmt: skip
     rec = Record("profile", "pass" if profile else "fail", node=node, remedy="" if profile else "x")
     return ResultFile("checks", node, "gpu", "2026-01-01T00:00:00Z", records=[rec],
@@ -209,7 +210,7 @@ def test_a_node_whose_profile_is_unknown_here_or_unchosen_is_not_judged(tmp_path
 
 def test_the_floor_comes_from_the_profile_file(tmp_path: Path) -> None:
     """A site's own figure in the profile moves the verdict: nothing in the module copies it."""
-    profiles = profile_floors.load_profiles()
+    profiles = load_profiles()
     h100 = profiles[H100]
     site_floor = dataclasses.replace(h100.floor("allreduce_busbw_gbs"), value=400.0)
     figures = {**h100.figures, "floors.allreduce_busbw_gbs": site_floor}
