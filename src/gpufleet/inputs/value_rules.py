@@ -211,6 +211,8 @@ VALUE_RULES: dict[str, Rule] = {
     "nvidia_driver_kernel_packages": _each("package_spec"),
     "nvidia_driver_fabricmanager_packages": _each("package_name"),
     "nvidia_driver_nvlsm_packages": _each("package_name"),
+    # files gpufleet reads on the controller (and names in the node's reboot message)
+    "nvidia_driver_controller_machine_id_paths": _each("read_path"),
     "nvidia_driver_crb_repo": _line(
         64, r"[A-Za-z0-9._:-]+", "a repository id of A-Z a-z 0-9 . _ : -", skip_empty=True
     ),

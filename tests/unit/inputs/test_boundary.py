@@ -643,3 +643,22 @@ def test_every_rule_names_a_known_kind_and_role() -> None:
     for relation in boundary.RELATIONS:
         assert relation.kind in boundary.RELATION_KINDS
         assert any(relation in boundary.role_relations(r) for r in boundary.ROLES), relation
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [["etc/machine-id"], ["/etc/../root/.ssh/id_rsa"], ["/etc/machine-id\n/tmp/x"], [""],
+     ["/etc/machine-id", "relative"]],
+)  # fmt: skip
+def test_controller_machine_id_paths_are_absolute_read_paths(paths: list[str]) -> None:
+    # read on the controller to decide whether a node is the controller (never rebooted)
+    values = {"nvidia_driver_controller_machine_id_paths": paths}
+    (problem,) = boundary.input_problems(values, "nvidia_driver")
+    assert problem.startswith("nvidia_driver_controller_machine_id_paths"), problem
+
+
+def test_controller_machine_id_paths_default_is_accepted() -> None:
+    values = {
+        "nvidia_driver_controller_machine_id_paths": ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+    }
+    assert boundary.input_problems(values, "nvidia_driver") == []
