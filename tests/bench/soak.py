@@ -108,7 +108,8 @@ def main() -> int:
                      f"VERIFY_ARGS={args.verify_args}", timeout=1800, log=log)  # fmt: skip
             s = summary(run_id)
             slow = sorted({str(f.get("node")) for f in s.get("slow_nodes") or []})
-            extra = {"slow_nodes": slow, "pairs": len(s.get("pairs") or [])}
+            # summary.json pairs = {"rows": [...], "ratio": ...}: count the pair rows
+            extra = {"slow_nodes": slow, "pairs": len((s.get("pairs") or {}).get("rows") or [])}
             result["verify_runs"] += 1
             result["pair_sweeps"] += 1 if extra["pairs"] else 0
             result["slow_node_alarms"] += 1 if slow else 0
