@@ -219,27 +219,12 @@ def _settled(ctx: NodeContext, profile: profiles.Profile, snapshot: NodeReading)
     return dataclasses.replace(snapshot, gpus=tuple(gpus))
 
 
-def _chosen_profile(ctx: NodeContext, snapshot: NodeReading) -> profiles.Profile | GpufleetError:
-    """The node's system profile, chosen once per context (the checks profile and
-    host_device_copy read it), or why none could be: an unknown name, a node auto cannot
-    place, a bad file."""
-    if "profile" not in ctx.derived:
-        try:
-            ctx.derived["profile"] = profiles.select(
-                ctx.system_profile, snapshot, profiles.load_profiles(), ctx.pci_gpus()
-            )
-        except GpufleetError as exc:
-            ctx.derived["profile"] = exc
-    chosen: profiles.Profile | GpufleetError = ctx.derived["profile"]
-    return chosen
-
-
 def _system_profile(ctx: NodeContext, _: GpuReading | None) -> Record | None:
     snapshot = _profile_snapshot(ctx)
     if snapshot is None:
         return None
     wanted = ctx.system_profile
-    profile = _chosen_profile(ctx, snapshot)
+    profile = ctx.profile_choice(snapshot)
     if isinstance(profile, GpufleetError):
         ctx.meta["profile"] = sysprofile.profile_meta(wanted, None, error=str(profile))
         return sysprofile.profile_unresolved(wanted, profile)
@@ -255,7 +240,7 @@ def _host_device_copy(ctx: NodeContext, gpu: GpuReading | None) -> Record | None
     floors.host_device_copy_gbs (host_copy); a recording or a torch without CUDA: skip."""
     if gpu is None or ctx.reading is None:
         return None
-    chosen = _chosen_profile(ctx, ctx.reading)
+    chosen = ctx.profile_choice(ctx.reading)
     profile = None if isinstance(chosen, GpufleetError) else chosen
     figure = None if profile is None else profile.floor(host_copy.FLOOR)
     floor = None if figure is None or figure.value is None else float(figure.value)

@@ -18,8 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, cast
 
+from gpufleet.errors import GpufleetError
 from gpufleet.node import facts as nodefacts
-from gpufleet.node import netprobe, xid
+from gpufleet.node import netprobe, profiles, xid
 from gpufleet.node import nvswitch as fabric
 from gpufleet.node.health.pcie_load import idle_downshifted, reread_under_load
 from gpufleet.node.health.provisioned import NodeFacts
@@ -97,8 +98,7 @@ class NodeContext:
     _torch: nodefacts.TorchFacts | None = None
     _under_load: dict[int, GpuReading] | None = None
     _platform: fabric.PlatformFacts | None = None
-    #: what a judge derived once for the others (check_registry: the chosen system profile)
-    derived: dict[str, Any] = field(default_factory=dict)
+    _profile: profiles.Profile | GpufleetError | None = None
 
     @classmethod
     def open(
@@ -208,6 +208,19 @@ class NodeContext:
                 else fabric.read_platform()
             )
         return self._platform
+
+    def profile_choice(self, snapshot: NodeReading) -> profiles.Profile | GpufleetError:
+        """The node's system profile (``system_profile``: a name or ``auto``) for ``snapshot``,
+        chosen once for the checks that read it (profile, host_device_copy), or why none
+        could be: an unknown name, a node auto cannot place, a bad profile file."""
+        if self._profile is None:
+            try:
+                self._profile = profiles.select(
+                    self.system_profile, snapshot, profiles.load_profiles(), self.pci_gpus()
+                )
+            except GpufleetError as exc:
+                self._profile = exc
+        return self._profile
 
     def infiniband(self) -> Mapping[str, Mapping[str, Mapping[str, str]]] | None:
         """The HCA ports as read (/sys/class/infiniband, or the recording's section); None
