@@ -52,8 +52,8 @@ XID_MEANING: dict[int, str] = {
     120: "GSP error",
 }
 
-#: Fix per Xid, after NVIDIA's immediate action (gpufleet.node.health.kernel_log); the rest
-#: get the generic remedy.
+#: Fix per Xid, after NVIDIA's immediate action (gpufleet.node.health.kernel_log.xid_remedy);
+#: the rest get kernel_log.RECUR_REMEDY.
 XID_REMEDY: dict[int, str] = {
     79: "drain the node before the restart; afterwards check riser, seating, PCIe AER errors "
     "and power; RMA if it recurs",
@@ -67,10 +67,6 @@ XID_REMEDY: dict[int, str] = {
     119: "update the driver; on proprietary modules NVreg_EnableGpuFirmware=0 disables GSP",
     120: "update the driver; on proprietary modules NVreg_EnableGpuFirmware=0 disables GSP",
 }
-GENERIC_REMEDY = (
-    "drain the node, inspect `nvidia-smi -q` and `journalctl -k`, reset the GPU "
-    "(nvidia-smi -r) or reboot; open a hardware ticket if it recurs"
-)
 
 _TS_RE = re.compile(
     r"^(?P<date>\d{4}-\d{2}-\d{2})[T ](?P<time>\d{2}:\d{2}:\d{2})"
@@ -96,10 +92,6 @@ class XidEvent:
     @property
     def meaning(self) -> str:
         return XID_MEANING.get(self.xid, "see NVIDIA's Xid catalogue")
-
-    @property
-    def remedy(self) -> str:
-        return XID_REMEDY.get(self.xid, GENERIC_REMEDY)
 
 
 class KernelLogUnavailable(Exception):
