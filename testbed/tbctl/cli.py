@@ -23,6 +23,7 @@ from .config import (
     Node,
     make_nodes,
     mirror_url,
+    parse_gpu,
     parse_hgx,
     parse_mix,
 )
@@ -91,7 +92,9 @@ def write_inventory(node_list: list[Node], fpr: str, with_slurm: bool = False) -
 def cmd_up(args: argparse.Namespace) -> int:
     _need_root()
     t0 = time.monotonic()
-    node_list = make_nodes(args.nodes, parse_mix(args.mix), parse_hgx(args.hgx))
+    node_list = make_nodes(
+        args.nodes, parse_mix(args.mix), parse_hgx(args.hgx), parse_gpu(args.gpu)
+    )
     _check_owner(claim=True)
     existing = nodes.node_names_from_state()
     extra = [n for n in existing if int(n.removeprefix("node")) > args.nodes]
@@ -206,6 +209,13 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("TESTBED_HGX", ""),
         help="nodes posing as NVSwitch HGX systems: node1=b200,node3=h100 (boards h100, b200); "
         "applied when a node boots (testbed-down first to change it)",
+    )
+    up.add_argument(
+        "--gpu",
+        default=os.environ.get("TESTBED_GPU", ""),
+        help="nodes posing as PCIe GPU nodes: node2,node3 (two H100 PCIe each, nouveau bound "
+        "at first boot, the driver's state across reboots; docs/testbed.md); applied when a "
+        "node boots (testbed-down first to change it)",
     )
     up.add_argument(
         "--slurm",

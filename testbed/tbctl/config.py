@@ -125,6 +125,7 @@ class Node:
     index: int  # 1-based
     release: ElRelease
     hgx: str = ""  # TESTBED_HGX pose ("h100", "b200"; "" = none), see render.hgx_files
+    gpu: bool = False  # TESTBED_GPU pose: PCIe GPUs and the driver's state, see render.gpu_files
 
     @property
     def name(self) -> str:
@@ -186,16 +187,44 @@ def parse_hgx(spec: str | None) -> dict[int, str]:
     return out
 
 
+def parse_gpu(spec: str | None) -> set[int]:
+    """`node2,node3` -> {2, 3} (TESTBED_GPU); empty -> set()."""
+    out: set[int] = set()
+    for raw in (spec or "").split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        index = item.removeprefix("node")
+        if not item.startswith("node") or not index.isdigit() or int(index) < 1:
+            raise ValueError(
+                f"TESTBED_GPU item {item!r}: write node names, e.g. TESTBED_GPU=node2,node3"
+            )
+        out.add(int(index))
+    return out
+
+
 def make_nodes(
-    count: int, mix: tuple[str, ...] = DEFAULT_MIX, hgx: dict[int, str] | None = None
+    count: int,
+    mix: tuple[str, ...] = DEFAULT_MIX,
+    hgx: dict[int, str] | None = None,
+    gpu: set[int] | None = None,
 ) -> list[Node]:
     if not 1 <= count <= MAX_NODES:
         raise ValueError(f"NODES={count}: the testbed supports 1 to {MAX_NODES} nodes")
     hgx = hgx or {}
-    beyond = sorted(i for i in hgx if i > count)
-    if beyond:
-        raise ValueError(f"TESTBED_HGX names node{beyond[0]}, but NODES={count}")
-    return [Node(i, RELEASES[mix[(i - 1) % len(mix)]], hgx.get(i, "")) for i in range(1, count + 1)]
+    gpu = gpu or set()
+    for what, indexes in (("TESTBED_HGX", set(hgx)), ("TESTBED_GPU", gpu)):
+        beyond = sorted(i for i in indexes if i > count)
+        if beyond:
+            raise ValueError(f"{what} names node{beyond[0]}, but NODES={count}")
+    both = sorted(i for i in gpu if i in hgx)
+    if both:
+        # an NVSwitch pose shows no GPU (render.py): the two poses describe different systems
+        raise ValueError(f"node{both[0]} is in TESTBED_HGX and TESTBED_GPU: choose one pose")
+    return [
+        Node(i, RELEASES[mix[(i - 1) % len(mix)]], hgx.get(i, ""), i in gpu)
+        for i in range(1, count + 1)
+    ]
 
 
 def mirror_url() -> str:

@@ -28,12 +28,33 @@ START_SCRIPT = r"""
 set -euo pipefail
 # Runs as PID 1 of the node's new PID namespace, in its own mount/UTS/IPC namespaces, inside
 # the node's network namespace. Every mount below lives only in this mount namespace and
-# disappears with the node.
+# disappears with the node (and with each reboot: LAUNCH_SCRIPT runs this again).
 hostname "$NODE"
 mount --make-rprivate /
 mount -t overlay overlay -o "lowerdir=$LOWER,upperdir=$UPPER,workdir=$WORK" "$ROOT"
 mount -t proc proc "$ROOT/proc"
+# this boot's id (LAUNCH_SCRIPT draws one per boot): what `ansible.builtin.reboot` compares
+mount --bind "$BOOT_ID_FILE" "$ROOT/proc/sys/kernel/random/boot_id"
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$ROOT/sys"
+if [ "$GPU_POSE" = 1 ]; then
+  # TESTBED_GPU: the node's /sys/module is the pose's (the host kernel loads no module), as
+  # the kernel would leave it at boot: nouveau binds the GPUs unless a modprobe.d file
+  # blacklists it, else nvidia loads when DKMS built it for the running kernel.
+  mount -t tmpfs -o mode=755,size=1m,nosuid,nodev,noexec tmpfs "$ROOT/sys/module"
+  for m in /sys/module/*; do mkdir -p "$ROOT/sys/module/${m##*/}"; done
+  ko="$ROOT/lib/modules/$(uname -r)/extra/nvidia.ko.xz"
+  if ! grep -qsE '^[[:space:]]*blacklist[[:space:]]+nouveau' \
+      "$ROOT"/etc/modprobe.d/*.conf "$ROOT"/usr/lib/modprobe.d/*.conf; then
+    mkdir -p "$ROOT/sys/module/nouveau"
+    echo ">> $NODE: nouveau bound the GPUs (not blacklisted)"
+  elif [ -r "$ko" ] && version=$(sed -n 's/^version=//p' "$ko") && [ -n "$version" ]; then
+    mkdir -p "$ROOT/sys/module/nvidia"
+    echo "$version" > "$ROOT/sys/module/nvidia/version"
+    echo ">> $NODE: nvidia $version loaded"
+  else
+    echo ">> $NODE: no GPU driver loaded (nouveau blacklisted, no nvidia module for $(uname -r))"
+  fi
+fi
 mount -t tmpfs -o mode=755,nosuid,nodev,noexec tmpfs "$ROOT/sys/fs/cgroup"
 mkdir -p "$ROOT/sys/fs/cgroup/systemd" "$ROOT/sys/fs/cgroup/unified"
 mount --bind "$CG_SYSTEMD" "$ROOT/sys/fs/cgroup/systemd"
@@ -53,6 +74,26 @@ mount -t tmpfs -o mode=755,size=256m,nosuid,nodev tmpfs "$ROOT/run"
 echo ">> $NODE: exec systemd (PID 1 of the node)"
 exec chroot "$ROOT" /usr/bin/env -i container=gpufleet-testbed \
   PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 /lib/systemd/systemd --log-target=journal
+"""
+
+# The node's launcher, on the host: boots the node (START_SCRIPT) and boots it again when
+# its systemd reboots. In a PID namespace, reboot(2) ends the namespace's PID 1 with SIGHUP
+# (poweroff: SIGINT); unshare --fork passes that signal on, so the loop sees 128+1. Each boot
+# draws a new boot id and appends "boot <epoch> <id>" / "down <epoch> rc=<rc>" to boots.log.
+LAUNCH_SCRIPT = r"""
+set -u
+while :; do
+  id=$(cat /proc/sys/kernel/random/uuid)
+  # a new file per boot (the old boot's bind mount went with its mount namespace)
+  printf '%s\n' "$id" > "$BOOT_ID_FILE.new" && mv -f "$BOOT_ID_FILE.new" "$BOOT_ID_FILE"
+  echo "boot $(date +%s.%N) $id" >> "$BOOTS_LOG"
+  nsenter --net="/run/netns/$NETNS" unshare --mount --uts --ipc --pid --fork \
+    --propagation private bash -c "$START_SCRIPT"
+  rc=$?
+  echo "down $(date +%s.%N) rc=$rc" >> "$BOOTS_LOG"
+  [ "$rc" = 129 ] || exit "$rc"
+  echo ">> $NODE: its systemd rebooted; booting it again"
+done
 """
 
 
@@ -219,22 +260,95 @@ def prepare_upper(node: Node, nodes: list[Node]) -> None:
         say(f"{node.name}: posing as an HGX {node.hgx} system (NVSwitches in lspci, HCAs)")
         for path, (text, mode) in render.hgx_files(node.hgx).items():
             _write(up, path, text, mode)
+    if node.gpu:
+        say(f"{node.name}: posing as a PCIe GPU node (2x {render.GPU_NAME}, nouveau at first boot)")
+        for path, (text, mode) in render.gpu_files().items():
+            _write(up, path, text, mode)
 
 
 def _cgroup_dirs(node: Node) -> list[Path]:
     return [root / f"{PREFIX}-{node.name}" for root in CGROUP_ROOTS]
 
 
-def init_pid(node: Node) -> int | None:
-    """Host PID of the node's systemd, if it runs in the node's network namespace."""
+def _children(pid: int) -> list[int]:
     try:
-        pid = int((node.run_dir / "init.pid").read_text())
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        net = os.readlink(f"/proc/{pid}/ns/net")
-        ino = os.stat(f"/run/netns/{node.netns}").st_ino
+        return [int(k) for k in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def launcher_pid(node: Node) -> int | None:
+    """Host PID of the node's launcher loop (LAUNCH_SCRIPT), if it runs."""
+    try:
+        pid = int((node.run_dir / "launcher.pid").read_text())
     except (OSError, ValueError):
         return None
-    return pid if comm == "systemd" and net == f"net:[{ino}]" else None
+    return pid if _comm(pid) == "bash" else None
+
+
+def _init_of_launcher(node: Node) -> int | None:
+    """The launcher's current boot: launcher -> unshare (nsenter exec()s it) -> systemd."""
+    launcher = launcher_pid(node)
+    if launcher is None:
+        return None
+    for u in _children(launcher):
+        if _comm(u) == "unshare":
+            kids = [k for k in _children(u) if _comm(k) == "systemd"]
+            if kids:
+                return kids[0]
+    return None
+
+
+def init_pid(node: Node) -> int | None:
+    """Host PID of the node's systemd, if it runs in the node's network namespace (after a
+    reboot inside the node: the new one, found through the launcher)."""
+    try:
+        ino = os.stat(f"/run/netns/{node.netns}").st_ino
+    except OSError:
+        return None
+
+    def ours(pid: int | None) -> bool:
+        try:
+            net = os.readlink(f"/proc/{pid}/ns/net")
+        except (OSError, TypeError):
+            return False
+        return _comm(pid or 0) == "systemd" and net == f"net:[{ino}]"
+
+    try:
+        cached: int | None = int((node.run_dir / "init.pid").read_text())
+    except (OSError, ValueError):
+        cached = None
+    if ours(cached):
+        return cached
+    pid = _init_of_launcher(node)
+    if not ours(pid):
+        return None
+    (node.run_dir / "init.pid").write_text(f"{pid}\n")
+    return pid
+
+
+def boots(node: Node) -> list[tuple[str, float, str]]:
+    """The node's boots.log: ("boot", epoch, boot id) and ("down", epoch, "rc=N") rows."""
+    try:
+        text = (node.run_dir / "boots.log").read_text()
+    except OSError:
+        return []
+    rows = []
+    for line in text.splitlines():
+        kind, _, rest = line.partition(" ")
+        when, _, what = rest.partition(" ")
+        try:
+            rows.append((kind, float(when), what))
+        except ValueError:
+            continue
+    return rows
 
 
 def nsenter(node: Node, pid: int) -> list[str]:
@@ -262,32 +376,24 @@ def boot(node: Node) -> int:
     env = dict(
         os.environ,
         NODE=node.name,
+        NETNS=node.netns,
         ROOT=str(node.run_dir / "root"),
         LOWER=str(ROOTFS),
         UPPER=str(node.run_dir / "upper"),
         WORK=str(node.run_dir / "work"),
         CG_SYSTEMD=str(_cgroup_dirs(node)[0]),
         CG_UNIFIED=str(_cgroup_dirs(node)[1]),
+        BOOT_ID_FILE=str(node.run_dir / "boot_id"),
+        BOOTS_LOG=str(node.run_dir / "boots.log"),
+        GPU_POSE="1" if node.gpu else "0",
+        START_SCRIPT=START_SCRIPT,
     )
     log = (node.run_dir / "boot.log").open("a")
     say(f"{node.name}: booting systemd in netns {node.netns} ({node.release.pretty_name})")
+    # nsenter --net (in LAUNCH_SCRIPT), not `ip netns exec`: the latter remounts /sys and
+    # hides the cgroup trees
     proc = subprocess.Popen(
-        # nsenter --net, not `ip netns exec`: the latter remounts /sys and hides the cgroup trees
-        [
-            "nsenter",
-            f"--net=/run/netns/{node.netns}",
-            "unshare",
-            "--mount",
-            "--uts",
-            "--ipc",
-            "--pid",
-            "--fork",
-            "--propagation",
-            "private",
-            "bash",
-            "-c",
-            START_SCRIPT,
-        ],
+        ["bash", "-c", LAUNCH_SCRIPT],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=log,
@@ -296,26 +402,16 @@ def boot(node: Node) -> int:
         cwd="/",
     )
     (node.run_dir / "launcher.pid").write_text(f"{proc.pid}\n")
+    (node.run_dir / "init.pid").unlink(missing_ok=True)
 
-    def child() -> int | None:
-        # nsenter execs unshare in place; unshare --fork has one child: the node's PID 1
-        try:
-            kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
-            pid = int(kids[0])
-            comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        except (OSError, ValueError, IndexError):
-            return None
-        return pid if comm == "systemd" else None
-
-    if not wait_for(lambda: child() is not None or proc.poll() is not None, 20):
+    if not wait_for(lambda: init_pid(node) is not None or proc.poll() is not None, 20):
         raise TestbedError(f"{node.name}: systemd did not start; read {node.run_dir / 'boot.log'}")
-    pid = child()
+    pid = init_pid(node)
     if pid is None:
         raise TestbedError(
             f"{node.name}: the node launcher exited ({proc.poll()}) before systemd started; "
             f"read {node.run_dir / 'boot.log'}"
         )
-    (node.run_dir / "init.pid").write_text(f"{pid}\n")
     return pid
 
 
@@ -419,6 +515,8 @@ def _kill_pidfile(pidfile: Path, expect: str) -> None:
 
 def stop_node_processes(node: Node) -> None:
     pid = init_pid(node)
+    # the launcher first: it would boot the node again
+    _kill_pidfile(node.run_dir / "launcher.pid", "bash")
     if pid is not None:
         say(f"{node.name}: stopping (SIGKILL to the node's PID 1 {pid} ends every node process)")
         os.kill(pid, signal.SIGKILL)
@@ -445,7 +543,6 @@ def stop_node_processes(node: Node) -> None:
                 ),
                 10,
             )
-    _kill_pidfile(node.run_dir / "launcher.pid", "unshare")  # nsenter exec()s unshare
     for cg in _cgroup_dirs(node):
         if cg.exists():
             # depth-first: systemd made slices and scopes below the node's cgroup

@@ -86,6 +86,8 @@ class Pkg:
     files: dict[str, tuple[int, str]] = field(default_factory=dict)  # path -> (mode, text)
     # module membership (EL8/9 only): stream names whose artifacts list this package
     streams: list[str] = field(default_factory=list)
+    post: str = ""  # %post scriptlet (sh), run by rpm in the node
+    postun: str = ""  # %postun scriptlet ($1 = 0: erased, 1: upgraded or downgraded)
 
     def evr(self, dist: str) -> str:
         ep = f"{self.epoch}:" if self.epoch is not None else ""
@@ -140,6 +142,31 @@ def driver_branch_of(version: str) -> str:
     return version.split(".", 1)[0]
 
 
+#: where the stand-in DKMS "builds" the module for a kernel (dkms installs to extra/ on EL)
+DKMS_MODULE = "/lib/modules/{kernel}/extra/nvidia.ko.xz"
+
+
+def dkms_post(version: str) -> str:
+    """%post of a stand-in kmod-nvidia-*-dkms: as `dkms autoinstall`, "build" the module for
+    every kernel whose build tree (kernel-devel) is installed; the "module" is a text file
+    with its version, read by the TESTBED_GPU pose (its boot and its modinfo)."""
+    return (
+        "for tree in /usr/src/kernels/*/; do\n"
+        '  [ -f "$tree/Makefile" ] || continue\n'
+        '  k=$(basename "$tree")\n'
+        f'  f="{DKMS_MODULE.format(kernel="$k")}"\n'
+        '  mkdir -p "$(dirname "$f")"\n'
+        f'  printf "version={version}\\nvermagic=%s\\n" "$k" > "$f"\n'
+        "done\n"
+        "exit 0\n"
+    )
+
+
+#: %postun: the module goes with the package only when it is erased ($1 = 0); an upgrade or
+#: a downgrade (a branch change) leaves the one the new package's %post wrote
+DKMS_POSTUN = f'[ "$1" = 0 ] && rm -f {DKMS_MODULE.format(kernel="*")}\nexit 0\n'
+
+
 def driver_packages(branch: str, version: str) -> list[Pkg]:
     ep = DRIVER_EPOCH
     dv = f"{ep}:{version}"
@@ -165,6 +192,8 @@ def driver_packages(branch: str, version: str) -> list[Pkg]:
             conflicts=[f"kmod-nvidia-{other}-dkms"],
             files={f"/usr/src/{src_dir}/TESTBED-STANDIN": (0o644, STANDIN_NOTE + "\n")},
             streams=open_streams if flavour == "open" else dkms_streams,
+            post=dkms_post(version),
+            postun=DKMS_POSTUN,
         )
 
     def userspace(name: str, what: str, note: str, *needs: str) -> Pkg:
@@ -251,7 +280,7 @@ def driver_packages(branch: str, version: str) -> list[Pkg]:
             requires=[f"cuda-drivers = {version}"],
             streams=dkms_streams,
         ),
-        kmod_dkms("open", "open", "(stand-in, builds nothing)", f"nvidia-open-{version}"),
+        kmod_dkms("open", "open", "(stand-in)", f"nvidia-open-{version}"),
         kmod_dkms("latest", "proprietary", "(stand-in)", f"nvidia-{version}"),
         userspace(
             "nvidia-driver",
@@ -290,7 +319,8 @@ def driver_packages(branch: str, version: str) -> list[Pkg]:
             "nvidia-persistenced",
             version,
             "cuda",
-            f"NVIDIA persistence daemon {version} (stand-in: refuses to run, no GPU)",
+            f"NVIDIA persistence daemon {version} (stand-in: runs where nvidia-smi answers, "
+            "i.e. on a TESTBED_GPU pose with the driver loaded; refuses to run elsewhere)",
             epoch=ep,
             files={
                 "/usr/lib/systemd/system/nvidia-persistenced.service": (
@@ -308,8 +338,14 @@ def driver_packages(branch: str, version: str) -> list[Pkg]:
                 "/usr/bin/nvidia-persistenced": (
                     0o755,
                     "#!/bin/sh\n"
+                    "if nvidia-smi -L >/dev/null 2>&1; then\n"
+                    "  mkdir -p /var/run/nvidia-persistenced\n"
+                    "  setsid sleep infinity </dev/null >/dev/null 2>&1 &\n"
+                    "  echo $! > /var/run/nvidia-persistenced/nvidia-persistenced.pid\n"
+                    "  exit 0\n"
+                    "fi\n"
                     "echo 'nvidia-persistenced: gpufleet testbed stand-in; "
-                    "this node has no NVIDIA GPU' >&2\n"
+                    "no NVIDIA GPU with a loaded driver here' >&2\n"
                     "exit 1\n",
                 ),
             },
@@ -494,6 +530,17 @@ def catalog(kernel_release: str, el_major: int) -> list[Pkg]:
         Pkg(m, "0.0.1", "base", f"testbed marker: {m} comes from the node's Debian root filesystem")
         for m in MARKERS
     ]
+    # rpmbuild makes each package with a scriptlet (the stand-in DKMS's %post) require the
+    # scriptlet's interpreter; on EL, bash provides /bin/sh
+    pkgs.append(
+        Pkg(
+            "bash",
+            "5.2.26",
+            "base",
+            "testbed marker: /bin/sh comes from the node's Debian root filesystem",
+            provides=["/bin/sh"],
+        )
+    )
     return pkgs
 
 
@@ -534,6 +581,9 @@ def spec(pkg: Pkg) -> str:
     out += ["", "%description", STANDIN_NOTE, "", "%prep", "", "%build", "", "%install"]
     if pkg.files:
         out.append("cp -a %{_sourcedir}/tree/. %{buildroot}/")
+    for section, body in (("%post", pkg.post), ("%postun", pkg.postun)):
+        if body:
+            out += ["", section, body.rstrip("\n")]
     out += ["", "%files"]
     out += [_rpm_path(p) for p in sorted(pkg.files)]
     return "\n".join(out) + "\n"
@@ -568,8 +618,9 @@ HGX_PORTS = (
 )
 
 LSPCI_WRAPPER = f"""#!/bin/bash
-# gpufleet testbed (TESTBED_HGX): this node poses as an NVSwitch system. `lspci -nn` also
-# lists the NVSwitches of {HGX_LSPCI_FILE} (with -D: their PCI domain), then the real bus.
+# gpufleet testbed (TESTBED_HGX, TESTBED_GPU): this node poses as an NVSwitch system or a
+# GPU node. `lspci -nn` also lists the NVIDIA devices of {HGX_LSPCI_FILE} (with -D: their PCI
+# domain), then the real bus.
 domain="" nn=0
 for a in "$@"; do
   case "$a" in -D) domain="0000:" ;; -nn) nn=1 ;; esac
@@ -609,6 +660,95 @@ def hgx_host_vars(board: str) -> dict[str, Any]:
         "gpufleet_gpu_archs": list(HGX_BOARDS[board][2]),
         "infiniband_sysfs_root": HGX_IB_ROOT,
         "cluster_network_ib_sysfs_root": HGX_IB_ROOT,
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# GPU pose (TESTBED_GPU): a node whose PCI list shows two H100 PCIe GPUs, whose /sys/module is
+# the pose's (nodes.START_SCRIPT: nouveau until blacklisted, then nvidia when the stand-in
+# DKMS built it for the running kernel), with the commands that answer from that state. The
+# roles read it as on a real node: `lspci`, /sys/module/nvidia, `modinfo`, `nvidia-smi`.
+
+GPU_PCI = (("17:00.0", "GPU-5b8a2c1e-0d3f-4b8e-9a51-2f6c0d7e8a10"),
+           ("65:00.0", "GPU-9c3e4f2a-7b1d-4e6f-8a2c-5d0e1f3a4b20"))  # fmt: skip
+GPU_NAME = "NVIDIA H100 PCIe"
+GPU_LOST_FILE = "/etc/gpufleet-testbed/gpu-lost"
+
+NVIDIA_SMI = f"""#!/bin/bash
+# gpufleet testbed (TESTBED_GPU): nvidia-smi of the pose. It answers from the driver state
+# the node booted with (/sys/module/nvidia/version); with {GPU_LOST_FILE} present the GPUs
+# are "lost" (a fault the tests inject).
+v=$(cat /sys/module/nvidia/version 2>/dev/null)
+if [ -z "$v" ]; then
+  echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. \
+Make sure that the latest NVIDIA driver is installed and running."
+  exit 9
+fi
+if [ -e {GPU_LOST_FILE} ]; then
+  echo "Unable to determine the device handle for GPU00000000:{GPU_PCI[0][0]}: Unknown Error"
+  exit 15
+fi
+buses=({" ".join(bus for bus, _ in GPU_PCI)})
+uuids=({" ".join(uuid for _, uuid in GPU_PCI)})
+query=""
+for a in "$@"; do case "$a" in --query-gpu=*) query=${{a#--query-gpu=}} ;; esac; done
+for i in "${{!buses[@]}}"; do
+  if [ -n "$query" ]; then
+    out=()
+    IFS=, read -ra fields <<< "$query"
+    for f in "${{fields[@]}}"; do
+      case "$f" in
+        index) out+=("$i") ;;
+        name) out+=("{GPU_NAME}") ;;
+        driver_version) out+=("$v") ;;
+        uuid) out+=("${{uuids[$i]}}") ;;
+        pci.bus_id) out+=("00000000:${{buses[$i]}}") ;;
+        *) out+=("[N/A]") ;;
+      esac
+    done
+    (IFS=,; echo "${{out[*]}}" | sed 's/,/, /g')
+  else
+    echo "GPU $i: {GPU_NAME} (UUID: ${{uuids[$i]}})"
+  fi
+done
+"""
+
+MODINFO = f"""#!/bin/bash
+# gpufleet testbed (TESTBED_GPU): modinfo of the nvidia module reads the one the stand-in
+# DKMS built for the running kernel ({DKMS_MODULE}); any other module: the real modinfo.
+args=("$@") field="" name=""
+while [ $# -gt 0 ]; do
+  case "$1" in -F) field=$2; shift 2 ;; -F*) field=${{1#-F}}; shift ;; -*) shift ;;
+    *) name=$1; shift ;; esac
+done
+if [ "$name" = nvidia ]; then
+  f=/lib/modules/$(uname -r)/extra/nvidia.ko.xz
+  [ -r "$f" ] || {{ echo "modinfo: ERROR: Module nvidia not found." >&2; exit 1; }}
+  if [ -n "$field" ]; then sed -n "s/^$field=//p" "$f"; exit 0; fi
+  echo "filename: $f"; sed 's/=/: /' "$f"
+  exit 0
+fi
+[ -x /usr/sbin/modinfo ] && exec /usr/sbin/modinfo "${{args[@]}}"
+echo "modinfo: ERROR: Module $name not found." >&2
+exit 1
+"""
+
+
+def gpu_lspci() -> str:
+    """The pose's GPUs as `lspci -nn` prints them (no domain)."""
+    return "".join(
+        f"{bus} 3D controller [0302]: NVIDIA Corporation GH100 [H100 PCIe] [10de:2331] (rev a1)\n"
+        for bus, _ in GPU_PCI
+    )
+
+
+def gpu_files() -> dict[str, tuple[str, int]]:
+    """Path -> (content, mode) of the GPU pose inside a node."""
+    return {
+        "/usr/local/sbin/lspci": (LSPCI_WRAPPER, 0o755),
+        HGX_LSPCI_FILE: (gpu_lspci(), 0o644),
+        "/usr/local/bin/nvidia-smi": (NVIDIA_SMI, 0o755),
+        "/usr/local/sbin/modinfo": (MODINFO, 0o755),
     }
 
 
@@ -779,6 +919,7 @@ def inventory_hosts(nodes: list[Node], key_file: str, known_hosts_file: str) -> 
             # (python_bootstrap runs with gather_facts off).
             "testbed_el_major": n.release.major,
             **(hgx_host_vars(n.hgx) if n.hgx else {}),
+            **({"testbed_gpu": True} if n.gpu else {}),
         }
     return {
         "all": {

@@ -13,7 +13,7 @@ from .sh import TestbedError, run, say
 ROOTFS = CACHE_DIR / "rootfs"
 STAMP = CACHE_DIR / "rootfs.stamp"
 LOG = CACHE_DIR / "rootfs.log"
-ROOTFS_VERSION = "5"  # bump when the customisation below changes
+ROOTFS_VERSION = "6"  # bump when the customisation below changes
 
 # Units that cannot work inside a node (no udev, read-only /sys, no consoles) or that would
 # only add noise (timers). Masked so that `systemctl is-system-running` says "running".
@@ -30,7 +30,6 @@ MASKED_UNITS = (
     "systemd-udev-trigger.service",
     "systemd-modules-load.service",
     "systemd-sysctl.service",
-    "systemd-logind.service",
     "console-getty.service",
     "getty@tty1.service",
     "getty.target",

@@ -294,3 +294,68 @@ def test_the_inventory_turns_on_the_health_check_only_with_slurm() -> None:
     )
     assert with_slurm["gpufleet_slurm_health"] is True
     assert with_slurm["slurm_health_edit_slurm_conf"] is True
+
+
+def test_gpu_pose_parsing_and_inventory() -> None:
+    assert config.parse_gpu("node2, node3") == {2, 3}
+    assert config.parse_gpu("") == set()
+    for bad in ("2", "node", "node0", "gpu2", "node2=h100"):
+        with pytest.raises(ValueError, match="TESTBED_GPU"):
+            config.parse_gpu(bad)
+    with pytest.raises(ValueError, match="TESTBED_GPU names node4, but NODES=3"):
+        config.make_nodes(3, gpu={4})
+    with pytest.raises(ValueError, match="node1 is in TESTBED_HGX and TESTBED_GPU"):
+        config.make_nodes(3, config.DEFAULT_MIX, {1: "h100"}, {1, 2})
+    nodes = config.make_nodes(3, gpu={2})
+    assert [n.gpu for n in nodes] == [False, True, False]
+    hosts = render.inventory_hosts(nodes, "k", "kh")["all"]["children"]["gpu_nodes"]["hosts"]
+    assert hosts["node2"]["testbed_gpu"] is True and "testbed_gpu" not in hosts["node1"]
+
+
+def test_gpu_pose_pci_list_is_what_preflight_reads_as_h100_gpus() -> None:
+    from gpufleet.planning import gpuarch
+
+    gpus = gpuarch.parse_lspci(render.gpu_lspci())
+    assert [g.pci for g in gpus] == [bus for bus, _ in render.GPU_PCI]
+    assert {g.cc for g in gpus} == {(9, 0)}
+    files = render.gpu_files()
+    assert files[render.HGX_LSPCI_FILE][0] == render.gpu_lspci()
+    assert {"/usr/local/sbin/lspci", "/usr/local/bin/nvidia-smi", "/usr/local/sbin/modinfo"} <= set(
+        files
+    )
+
+
+def test_every_scriptlet_interpreter_is_provided_in_each_el_catalog() -> None:
+    """rpmbuild makes a package with %post require /bin/sh; the node's RPM database is empty
+    (Debian root), so the catalog must provide it or dnf refuses the driver."""
+    for major in (8, 9, 10):
+        pkgs = render.catalog(KERNEL, major)
+        with_scripts = [p for p in pkgs if p.post or p.postun]
+        assert with_scripts, major
+        assert any("/bin/sh" in p.provides for p in pkgs), major
+        for p in with_scripts:
+            text = render.spec(p)
+            assert "\n%post\n" in text and "\n%postun\n" in text, p.name
+
+
+def test_stand_in_dkms_builds_for_each_kernel_tree_and_erase_only_removes(tmp_path: Path) -> None:
+    """The %post/%postun bodies, run with / moved under tmp_path (sed on the absolute paths)."""
+    import subprocess
+
+    def run(body: str, *args: str) -> None:
+        script = body.replace("/usr/src/", f"{tmp_path}/usr/src/").replace(
+            "/lib/modules/", f"{tmp_path}/lib/modules/"
+        )
+        subprocess.run(["sh", "-c", script, "sh", *args], check=True)
+
+    for k in ("6.1.0-a", "6.2.0-b"):
+        (tmp_path / f"usr/src/kernels/{k}").mkdir(parents=True)
+    (tmp_path / "usr/src/kernels/6.1.0-a/Makefile").write_text("")  # only 6.1 has a tree
+    run(render.dkms_post("580.95.05"))
+    built = tmp_path / "lib/modules/6.1.0-a/extra/nvidia.ko.xz"
+    assert built.read_text() == "version=580.95.05\nvermagic=6.1.0-a\n"
+    assert not (tmp_path / "lib/modules/6.2.0-b").exists()
+    run(render.DKMS_POSTUN, "1")  # an upgrade or downgrade keeps the new package's module
+    assert built.exists()
+    run(render.DKMS_POSTUN, "0")  # erased
+    assert not built.exists()
