@@ -188,8 +188,14 @@ $(WHEEL_STAMP): $(SETUP_STAMP) $(WHEEL_SOURCES)
 
 .PHONY: provision
 provision: export GF_FULL = $(value FULL)
-provision: setup wheel ## provision the nodes of $(INVENTORY): driver, toolkit, env, network (FULL=1: no converged fast path)
+# SERIAL (nodes at once: a count or a percentage) and MAX_FAIL (percent of one batch that may
+# fail before the rollout stops) are provision.yml's play keywords: -e, never the inventory
+provision: export GF_SERIAL = $(value SERIAL)
+provision: export GF_MAX_FAIL = $(value MAX_FAIL)
+provision: setup wheel ## provision the nodes of $(INVENTORY): driver, toolkit, env, network (FULL=1: no converged fast path; SERIAL=1 MAX_FAIL=0: rolling)
 	@full=$$($(BOOL) FULL "$$GF_FULL"); extra=(); [ "$$full" = 1 ] && extra=(-e gpufleet_converge_fast=false); \
+	[ -n "$$GF_SERIAL" ] && extra+=(-e "gpufleet_provision_serial=$$GF_SERIAL"); \
+	[ -n "$$GF_MAX_FAIL" ] && extra+=(-e "gpufleet_provision_max_fail_percentage=$$GF_MAX_FAIL"); \
 	echo "ansible-playbook playbooks/provision.yml -i $$GF_INVENTORY $${extra[*]-}"; \
 	$(BIN)/ansible-playbook playbooks/provision.yml -i "$$GF_INVENTORY" $${extra[@]+"$${extra[@]}"}
 

@@ -25,6 +25,7 @@ from gpufleet.inputs import known
 RANGES: dict[str, tuple[float, float, str]] = {
     "gpufleet_rdzv_port": (1, 65535, "TCP port"),
     "gpufleet_gpus_expected": (0, 64, "0 = not pinned"),
+    "gpufleet_provision_max_fail_percentage": (0, 100, "percent of a batch; 100 = never stop"),
     # name: (lowest, highest, what it counts). Integers unless listed in REAL_RANGES.
     "python_bootstrap_timeout": (1, 3600, "seconds a raw dnf install may take"),
     "preflight_env_free_mb": (0, 10_000_000, "MiB; 0 disables the check"),
@@ -353,7 +354,7 @@ RELATIONS: tuple[Relation, ...] = (
 ROLE_VARS: dict[str, str] = {
     "slurm_health": r"^(slurm_health_|gpufleet_slurm_node_name$)",
     "verify": r"^(verify_|gpufleet_slurm_node_name$|gpufleet_rdzv_port$)",
-    "provision": r"^(gpufleet_provision_serial|gpu_nodes)$",
+    "provision": r"^(gpufleet_provision_serial|gpufleet_provision_max_fail_percentage|gpu_nodes)$",
 }
 """The variables a role's check reads, as a pattern (default: ``^<role>_``)."""
 
