@@ -281,6 +281,15 @@ testbed-up: setup testbed-deps ## start the simulated EL cluster (NODES=3; SLURM
 testbed-down: setup ## stop the testbed and remove all it made but the cached base rootfs (safe twice)
 	$(TBCTL) down
 
+# Opt-in, never in make test, e2e or CI (about 2.7 GB from PyPI): PyPI's CUDA build of the
+# pinned torch with its nvidia-* and triton wheels into testbed/.state/cache/wheels-cuda
+# (once; a rerun downloads nothing), then installed into a throwaway venv here and compared
+# with `gpufleet plan` (tbctl/cuda_wheels.py; docs/testbed.md, "A real CUDA wheel (opt-in)").
+.PHONY: testbed-cuda-wheels
+testbed-cuda-wheels: setup ## opt-in, ~2.7 GB from PyPI: download the CUDA build of the pinned torch, check its versions against the plan
+	PYTHONPATH=$(CURDIR)/testbed:$(CURDIR)/src $(BIN)/python -m tbctl.cuda_wheels download
+	PYTHONPATH=$(CURDIR)/testbed:$(CURDIR)/src $(BIN)/python -m tbctl.cuda_wheels check
+
 testbed-status: setup ## show the testbed's bridge, mirror and nodes
 	$(TBCTL) status
 
