@@ -342,13 +342,18 @@ def fetch_index(projects: Iterable[str]) -> dict[str, dict[str, IndexFile]]:
     return out
 
 
-def download(cache: Path, torch: str) -> dict[str, Any]:
-    plan = _plan(torch)
-    plats = platforms(str(plan["glibc_required"]))
-    spec = json.dumps(
+def download_spec(torch: str, plats: Sequence[str]) -> str:
+    """What a download is of; the stamp holds it, so a changed pin downloads again."""
+    return json.dumps(
         {"requirement": f"torch=={torch}", "index": PYPI_SIMPLE, "abi": ABI, "platforms": plats},
         sort_keys=True,
     )
+
+
+def download(cache: Path, torch: str) -> dict[str, Any]:
+    plan = _plan(torch)
+    plats = platforms(str(plan["glibc_required"]))
+    spec = download_spec(torch, plats)
     stamp, manifest_path = cache / STAMP, cache / MANIFEST
     if stamp.is_file() and stamp.read_text() == spec and manifest_path.is_file():
         manifest: dict[str, Any] = json.loads(manifest_path.read_text())
