@@ -170,6 +170,16 @@ def nvidia_wheel(versions: Mapping[str, str], base: str) -> tuple[str, str] | No
     return hits[0] if hits else None
 
 
+WHEEL_LIBS = "site-packages/nvidia/"
+
+
+def _short(path: str) -> str:
+    """'/tmp/v/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2' ->
+    'site-packages/nvidia/nccl/lib/libnccl.so.2' (other paths unchanged)."""
+    i = path.find("site-packages/")
+    return path[i:] if i >= 0 else path
+
+
 def _release(version: str, parts: int) -> str:
     """'13.0.96' -> '13.0' (parts=2); the leading numbers of a PEP 440 version."""
     m = re.match(r"^(\d+(?:\.\d+)*)", version)
@@ -264,6 +274,19 @@ def compare(
             f"{runtime[0]} {runtime[1]}" if runtime else "no nvidia-cuda-runtime wheel",
         )
     )
+    libs = probe.get("loaded_libraries")
+    if libs is not None:  # which libnccl / libcudart torch loaded: the wheels' or the system's
+        for lib in ("libnccl", "libcudart"):
+            hits = [str(p) for p in libs if f"/{lib}." in str(p)]
+            rows.append(
+                Row(
+                    f"{lib} loaded from",
+                    WHEEL_LIBS,
+                    ", ".join(_short(h) for h in hits) or None,
+                    bool(hits) and all(f"/{WHEEL_LIBS}" in h for h in hits),
+                    "/proc/self/maps",
+                )
+            )
     available = probe.get("cuda_available")
     rows.append(
         Row(
@@ -456,6 +479,13 @@ except Exception as exc:
     out["cudnn_version"] = None
     out["cudnn_error"] = f"{type(exc).__name__}: {exc}"
 out["distributions"] = {d.metadata["Name"]: d.version for d in md.distributions()}
+libs = set()
+with open("/proc/self/maps") as maps:
+    for line in maps:
+        path = line.split()[-1]
+        if "/lib" in path and any(k in path for k in ("cudart", "nccl", "cudnn", "libcuda.")):
+            libs.add(path)
+out["loaded_libraries"] = sorted(libs)
 print(json.dumps(out))
 """
 

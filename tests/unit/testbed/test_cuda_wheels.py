@@ -38,6 +38,10 @@ PROBE = {
     "cuda_available": False,
     "nccl_version": "2.29.7",
     "cudnn_version": 92000,
+    "loaded_libraries": [
+        "/tmp/v/lib/python3.11/site-packages/nvidia/cu13/lib/libcudart.so.13",
+        "/tmp/v/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2",
+    ],
 }
 VERSIONS = {
     "torch": "2.13.0",
@@ -277,6 +281,17 @@ def test_everything_as_planned_matches() -> None:
         ({"versions": {"nvidia-nccl-cu13": "2.28.9"}}, "NCCL wheel version"),
         ({"versions": {"nvidia-cuda-runtime": "12.8.90"}}, "CUDA runtime wheel (major.minor)"),
         ({"expect_cuda_device": True}, "torch.cuda.is_available()"),
+        (
+            {
+                "probe": {
+                    "loaded_libraries": [
+                        "/usr/local/cuda-13.0/lib/libcudart.so.13",
+                        "/tmp/v/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2",
+                    ]
+                }
+            },
+            "libcudart loaded from",
+        ),
     ],
 )
 def test_each_difference_is_a_mismatch_of_its_field(change: dict[str, Any], field: str) -> None:
@@ -318,3 +333,21 @@ def test_check_without_a_download_exits_2(
 ) -> None:
     assert cw.main(["--cache", str(tmp_path), "check"]) == 2
     assert "no complete download" in capsys.readouterr().err
+
+
+def test_a_library_from_outside_the_wheels_is_a_mismatch_naming_its_path() -> None:
+    libs = [
+        "/usr/lib/x86_64-linux-gnu/libnccl.so.2",
+        "/tmp/v/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2",
+        "/tmp/v/lib/python3.11/site-packages/nvidia/cu13/lib/libcudart.so.13",
+    ]
+    rows = _rows(probe={"loaded_libraries": libs})
+    row = rows["libnccl loaded from"]
+    assert row.match is False
+    assert row.found == (
+        "/usr/lib/x86_64-linux-gnu/libnccl.so.2, site-packages/nvidia/nccl/lib/libnccl.so.2"
+    )
+    assert rows["libcudart loaded from"].match is True
+    assert _rows(probe={"loaded_libraries": []})["libnccl loaded from"].match is False
+    old_probe = {k: v for k, v in PROBE.items() if k != "loaded_libraries"}
+    assert not any("loaded from" in r.field for r in cw.compare(PLAN, old_probe, VERSIONS))
