@@ -273,7 +273,7 @@ testbed-deps: ## install the testbed's host tools with apt-get (debootstrap, dnf
 # every node (the site's scheduler; kept until testbed-down).
 SLURM ?=
 export GF_SLURM = $(value SLURM)
-testbed-up: setup testbed-deps ## start the simulated EL cluster (NODES=3; SLURM=1 adds Slurm; idempotent); prints the inventory path
+testbed-up: setup testbed-deps ## start the simulated EL cluster (NODES=3; SLURM=1 adds Slurm; TESTBED_GPU=node2,node3 poses GPU nodes; idempotent); prints the inventory path
 	@slurm=(); sl=$$($(BOOL) SLURM "$$GF_SLURM"); [ "$$sl" = 1 ] && slurm=(--slurm); \
 	[ "$$GF_LAUNCHER" = slurm ] && slurm=(--slurm); \
 	$(TBCTL) up --nodes "$$GF_NODES" $${slurm[@]+"$${slurm[@]}"}

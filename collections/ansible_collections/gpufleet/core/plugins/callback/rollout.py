@@ -71,6 +71,9 @@ class CallbackModule(CallbackBase):  # type: ignore[misc]
         self._plays: dict[str, tuple[str, list[str], set[str], Any]] = {}
 
     def v2_playbook_on_play_start(self, play: Any) -> None:
+        # Ansible hands callbacks no inventory; the play's variable manager holds it (a
+        # private attribute of ansible-core, pinned in requirements/constraints.txt). Without
+        # it the callback says nothing rather than guess.
         inventory = getattr(play.get_variable_manager(), "_inventory", None)
         if inventory is None:
             return
