@@ -261,6 +261,14 @@ def node_sh(
     )
 
 
+def node_out(node: config.Node, script: str) -> str:
+    """:func:`node_sh` that must succeed: its stripped stdout (the assertion names the node,
+    the command and what it printed)."""
+    r = node_sh(node, script)
+    assert r.returncode == 0, f"{node.name}: {script}: {r.stdout}{r.stderr}"
+    return r.stdout.strip()
+
+
 def tbctl(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
     """``python -m tbctl ARGS`` (testbed up/down/status) from the repository root."""
     return subprocess.run(

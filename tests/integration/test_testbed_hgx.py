@@ -44,10 +44,7 @@ def playbook(*extra: str, log: str) -> tb.Run:
     return run
 
 
-def sh(node: config.Node, script: str) -> str:
-    r = tb.node_sh(node, script)
-    assert r.returncode == 0, f"{node.name}: {script}: {r.stdout}{r.stderr}"
-    return r.stdout.strip()
+sh = tb.node_out
 
 
 def rpm_version(node: config.Node, name: str) -> str:
