@@ -30,12 +30,13 @@ the rules).
 
 Runs ``bash -c <gpufleet.provisioning.preflight_probe.PROBE_SCRIPT>`` under the task's environment
 (a plain
-command: no module shipped), also in check mode (it changes nothing). Fails only when the
-probe cannot list the PCI devices or the plan request cannot be read. Returns ``target``
+command: no module shipped), also in check mode (it changes nothing). Fails when the probe
+cannot list the PCI devices or the plan request cannot be read, and on the node's problems
+(``msg``: one per line). Returns ``target``
 (gpufleet.planning.osinfo.el_target of the facts), the observations (``gpus``, ``nvswitches``,
 ``driver``, ``kernel_devel``, ``kernel_devel_detail``, ``secure_boot``, ``disks``), and from
 gpufleet.provisioning.preflight_probe.judge: ``answer`` ({plan, refused}), ``choice``, ``fabric``,
-``observations`` and ``problems`` (one message each; the role fails on them).
+``observations`` and ``problems`` (one message each).
 """
 
 from __future__ import annotations
@@ -149,6 +150,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         result.update(seen)
         result.update(verdict)
         result.update(target=inputs["target"], changed=False)
+        if verdict["problems"]:
+            # the node's every problem, one line each, in this task (a fail task after it
+            # would cost a worker process per node on every run)
+            result.update(failed=True, msg="\n".join(verdict["problems"]))
         return result
 
     def _fabricmanager(

@@ -18,9 +18,10 @@ description:
     space, the torch builds in the env and the CUDA toolkit packages installed), then asks
     the gpufleet planner for the node and judges the answer on the controller.
   - Changes nothing; runs in check mode too.
-  - Fails only when the probe cannot list the PCI devices or the plan request cannot be
-    read. Every other problem is returned in RV(problems), one message each naming the
-    node, the variable and the fix; the preflight role fails on them.
+  - Fails when the probe cannot list the PCI devices or the plan request cannot be read,
+    and when the node has any problem: every problem is returned in RV(problems), one
+    message each naming the node, the variable and the fix, and joined (one per line) in
+    the failure's C(msg).
   - This is an action plugin; this file holds its documentation only. The script and the
     rules are in the gpufleet package (gpufleet.provisioning.preflight_probe).
 options:
