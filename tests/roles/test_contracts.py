@@ -241,11 +241,26 @@ def test_the_check_inputs_entry_point_checks_what_the_main_one_does(role: str) -
     assert entries["check_inputs"]["options"] == entries["main"]["options"], role
 
 
+def _after_run_once_lookups(role: str, tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tasks from the first one that is not a run-once lookup. A role may start with
+    run-once set_facts that compute something for every node at once (cluster_network's peer
+    list), only where check_inventory.yml checked the role's variables in this run: it reads
+    no input before the input check."""
+    i = 0
+    while i < len(tasks) and tasks[i].get("run_once") is True:
+        task = tasks[i]
+        assert set(task) <= {"name", "ansible.builtin.set_fact", "run_once", "when"}, task
+        assert "ansible.builtin.set_fact" in task, task
+        assert task.get("when") == f"'{role}' in (__gpufleet_inputs_checked | default([]))", task
+        i += 1
+    return tasks[i:]
+
+
 @pytest.mark.parametrize("role", [r for r in ROLES if r != "gpufleet_common"])
 def test_check_inputs_is_the_first_task_file(role: str) -> None:
     """Bad input stops a role before it does anything, however the role is entered."""
     tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
-    first = tasks[0]
+    first = _after_run_once_lookups(role, tasks)[0]
     if "gpufleet.core.converge_state" in first:
         # a gated role: its gate checks the variables before it looks at the node (the same
         # check as tasks/check_inputs.yml), unless check_inventory.yml did in this run
@@ -280,7 +295,9 @@ def test_gated_role_checks_runs_in_full_and_records_last(role: str) -> None:
     """main.yml: input checks, the gate (watching the role's own list), exports published only
     when converged, full.yml only when not; full.yml records the stamp as its last task,
     after the handlers, with the gate's digest (docs/performance.md)."""
-    main = yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
+    main = _after_run_once_lookups(
+        role, yaml.safe_load((REPO / "roles" / role / "tasks" / "main.yml").read_text())
+    )
     gate = main[0]
     args = gate["gpufleet.core.converge_state"]
     assert args["role"] == role and args["state"] == "check", gate
