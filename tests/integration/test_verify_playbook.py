@@ -122,7 +122,8 @@ def test_broken_node_is_named_and_nothing_launches(repo_root: Path, tmp_path: Pa
     assert ("n2", "ansible:node") in fails
     msg = next(f["message"] for f in summary["failures"] if f["name"] == "ansible:node")
     assert "/nonexistent/bin/python" in msg
-    assert "Stop when the env python cannot import torch" in msg, "names the failed task"
+    assert "Stop on a node that cannot run verify" in msg, "names the failed task"
+    assert "cannot import torch or gpufleet" in msg, "says why"
     assert "Cluster all-reduce not launched: node(s) n2 failed" in out
     assert not (run / "n1" / "allreduce.json").exists()
 
