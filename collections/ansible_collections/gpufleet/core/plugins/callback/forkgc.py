@@ -7,8 +7,8 @@ every object it inherited: CPU for the walk, and a private copy of every page it
 a permanent generation that no collection walks, in the main process or in its forks
 (Python's documentation of ``gc.freeze`` recommends it right before ``fork()``). Measured on
 the 3-node testbed, a converged ``make provision`` rerun, three A/B pairs: 1.15, 1.26, 1.33
-controller CPU-s per added node without it, 1.08, 1.14, 1.06 with it (docs/scale.md,
-"Controller CPU per added node, 2026-12-06").
+controller CPU-s per added node without it, 1.08, 1.14, 1.06 with it
+(docs/measurements/controller-cpu-2026-12-06.md).
 
 The price is that a reference cycle that becomes garbage after it was frozen is not
 collected while it stays frozen. So every 25th task start this callback unfreezes, collects
