@@ -40,6 +40,14 @@ define CHECK_LAUNCHER
 	echo "ERROR: LAUNCHER='$$GF_LAUNCHER' is refused -> allowed: $$(echo $$names | sed 's/ / or /g') (empty: the inventory's gpufleet_launcher)" >&2; exit 2; fi
 endef
 
+# TIER: empty or a verify tier (gpufleet.verify.tiers); DURATION: empty or a duration
+# (gpufleet.units duration: 90s, 2m, 30m, 1h); each refused naming the make variable, exit 2
+define CHECK_TIER
+@case "$$GF_TIER" in ""|quick|standard|burnin) ;; \
+	*) echo "ERROR: TIER='$$GF_TIER' is refused -> allowed: quick, standard or burnin (empty: the inventory's verify_tier)" >&2; exit 2;; esac; \
+	$(BIN)/python -m gpufleet.units duration DURATION "$$GF_DURATION" >/dev/null || exit 2
+endef
+
 .PHONY: help
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -61,20 +69,59 @@ $(SETUP_STAMP): requirements/controller.txt requirements/constraints.txt pyproje
 # (tests/conftest.py), so a module-scoped ansible run happens once.
 PYTEST_WORKERS ?= 2
 test: setup ## the fast default run (under 3 min): unit, contract and fast role tests
-	$(BIN)/python -m pytest tests -m "not testbed and not slow" -n "$$GF_PYTEST_WORKERS" --dist loadgroup
+	$(BIN)/python -m pytest tests -m "not testbed and not slow and not browser" -n "$$GF_PYTEST_WORKERS" --dist loadgroup
 
 test-slow: setup ## the tests make test leaves out: marked slow (torchrun, role runs), not testbed
-	$(BIN)/python -m pytest tests -m "slow and not testbed" -n "$$GF_PYTEST_WORKERS" --dist loadgroup --durations=25
+	$(BIN)/python -m pytest tests -m "slow and not testbed and not browser" -n "$$GF_PYTEST_WORKERS" --dist loadgroup --durations=25
 
-test-all: setup ## every test that needs no testbed (make test plus make test-slow, one run)
-	$(BIN)/python -m pytest tests -m "not testbed"
+test-all: setup ## every test that needs neither testbed nor browser (make test plus make test-slow, one run)
+	$(BIN)/python -m pytest tests -m "not testbed and not browser"
 
-.PHONY: e2e
-e2e: setup testbed-deps ## as root: testbed integration tests and the end-to-end demo (make demo, rerun changed=0, down)
-	$(BIN)/python -m pytest tests -m "testbed and not faults" --durations=0
+# The report page (index.html) in Debian's headless chromium: tests marked browser, in no other
+# test target. Screenshots land in reports/browser/ (tests/browser_lib.py).
+BROWSER_APT_PACKAGES := chromium fonts-dejavu-core
+.PHONY: browser-deps test-browser
+browser-deps: ## install Debian's chromium (and a font) with apt-get, for make test-browser
+	@missing=$$(for p in $(BROWSER_APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo ">> browser-deps: installing $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	else echo ">> browser-deps: chromium present"; fi
+
+test-browser: setup browser-deps ## the report page in headless chromium: no console error, verdict, nodes, reproducers, 64 nodes in under 5 s; reports/browser/
+	$(BIN)/python -m pytest tests -m "browser and not testbed" --durations=10
+
+# Debian's prometheus package: promtool for make lint (the shipped rules) and the tests
+# (gpufleet health --prom), and the testbed's host Prometheus (make demo MONITOR=1). Its own
+# daemon must not start here (it would take port 9090 from the testbed's): apt-get runs under a
+# policy-rc.d that refuses every start (Debian's mechanism; a temporary one when the host has
+# none), and where systemd runs, the unit the package enabled is disabled again.
+MONITOR_APT_PACKAGES := prometheus
+.PHONY: monitor-deps
+monitor-deps: ## install Debian's prometheus (promtool, and the testbed's host Prometheus) with apt-get; its daemon is not started
+	@missing=$$(for p in $(MONITOR_APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo ">> monitor-deps: prometheus present"; exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then echo "!! monitor-deps: $$missing missing, and installing it needs root: run 'sudo make monitor-deps' once (make lint checks the rules with its promtool)" >&2; exit 2; fi; \
+	echo ">> monitor-deps: installing $$missing (its daemon is not started)"; \
+	policy=/usr/sbin/policy-rc.d; ours=; \
+	trap '[ -n "$$ours" ] && rm -f "$$policy"' EXIT; trap 'exit 130' INT TERM; \
+	if [ ! -e "$$policy" ]; then printf '#!/bin/sh\nexit 101\n' > "$$policy"; chmod 755 "$$policy"; ours=1; fi; \
+	rc=0; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing || rc=$$?; \
+	[ -n "$$ours" ] && rm -f "$$policy"; ours=; \
+	if [ "$$rc" = 0 ] && [ -d /run/systemd/system ]; then systemctl disable --now prometheus.service || true; fi; \
+	exit $$rc
+
+.PHONY: e2e e2e-cuda
+e2e: setup testbed-deps browser-deps ## as root: testbed integration tests and the end-to-end demo (make demo, rerun changed=0, down)
+	$(BIN)/python -m pytest tests -m "testbed and not faults and not cuda_wheels" --durations=0
+
+e2e-cuda: setup testbed-deps ## as root, opt-in (~2.7 GB download, ~15 GB disk): PyPI's real CUDA torch provisioned on the testbed (TORCH_WHEELS=cuda), rerun changed=0, verify
+	$(BIN)/python -m pytest tests -m cuda_wheels --durations=0
 
 .PHONY: faults
-faults: setup testbed-deps ## as root: fault injection on a fresh 3-node testbed (docs/reliability.md); reports/faults/
+faults: setup testbed-deps browser-deps ## as root: fault injection on a fresh 3-node testbed (docs/reliability.md); reports/faults/
 	$(BIN)/python -m pytest tests -m faults --durations=0
 
 .PHONY: soak
@@ -96,11 +143,21 @@ export GF_REPORT_NODES = $(value REPORT_NODES)
 bench-report: setup ## the controller side of verify at REPORT_NODES=1000 synthetic nodes x 8 GPUs (report under 10 s and 1 GiB); reports/bench/
 	$(BIN)/python tests/bench/bench_report.py --nodes "$$GF_REPORT_NODES"
 
+.PHONY: bench-page
+PAGE_NODES ?= 64
+export GF_PAGE_NODES = $(value PAGE_NODES)
+bench-page: setup browser-deps ## index.html of PAGE_NODES=64 synthetic nodes (one failed) in headless chromium: first frame under 5 s, screenshot; reports/bench/page-N.{json,png}
+	$(BIN)/python tests/bench/bench_report.py --nodes "$$GF_PAGE_NODES" --faulty 9 --browser \
+		--out "reports/bench/page-$$GF_PAGE_NODES.json"
+
 .PHONY: bench-scale
 SCALE_NODES ?= 3,6,12
+SCALE_RANKS ?= 0
 export GF_SCALE_NODES = $(value SCALE_NODES)
+export GF_SCALE_RANKS = $(value SCALE_RANKS)
 bench-scale: setup testbed-deps ## as root: provisioning rerun, verify and bad-node localisation at SCALE_NODES=3,6,12 testbed nodes, extrapolated to 100/1000 (docs/scale.md); reports/bench-scale/
-	$(BIN)/python tests/bench/bench_scale.py --nodes "$$GF_SCALE_NODES" --repeats "$$GF_BENCH_REPEATS"
+	$(BIN)/python tests/bench/bench_scale.py --nodes "$$GF_SCALE_NODES" --repeats "$$GF_BENCH_REPEATS" \
+		--ranks-per-node "$$GF_SCALE_RANKS"
 
 .PHONY: lint
 PY_DIRS = $(wildcard src tests checks smoke_tests testbed collections scripts)
@@ -110,7 +167,9 @@ PY_DIRS = $(wildcard src tests checks smoke_tests testbed collections scripts)
 # conftest.py, tests/fixtures two generate.py: one run over all would see duplicates).
 MYPY_TREES = tests checks smoke_tests
 
-lint: setup ## ansible-lint (production profile), yamllint, ruff, mypy, syntax checks
+# The shipped Prometheus rules (docs/monitoring.md): promtool from Debian's prometheus (make monitor-deps)
+PROM_RULES := monitoring/prometheus/gpufleet.rules.yml
+lint: setup monitor-deps ## ansible-lint (production profile), yamllint, ruff, mypy, syntax checks, promtool check/test rules
 	$(BIN)/ruff check --no-cache $(PY_DIRS)
 	$(BIN)/ruff format --no-cache --check $(PY_DIRS)
 	$(BIN)/mypy
@@ -122,14 +181,48 @@ lint: setup ## ansible-lint (production profile), yamllint, ruff, mypy, syntax c
 	$(BIN)/yamllint -s .
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/ansible-playbook --syntax-check -i "$$GF_INVENTORY" site.yml
+	promtool check rules $(PROM_RULES)
+	promtool test rules $(PROM_RULES:.yml=.test.yml)
 
 .PHONY: role-docs
-role-docs: setup ## regenerate the roles' variable tables (README.md) from meta/argument_specs.yml
+role-docs: setup ## regenerate each role's defaults/main.yml and README variable table from meta/argument_specs.yml
 	$(BIN)/python scripts/role_docs.py
 
 .PHONY: plan
 plan: setup ## example: plan torch 2.11.0 for a node whose driver is 570.86.15
 	$(BIN)/gpufleet plan --torch 2.11.0 --os rocky9 --driver 570.86.15 --gpu-arch sm_80,sm_90
+
+# A hash lock of the torch step for torch_env (gpufleet_torch_lock): the plan's torch build of
+# TORCH (CUDA: a variant, empty = the planner's) for PYTHON, from INDEX_URL (empty = the
+# source's public index; SOURCE=auto|pypi|pytorch-index|wheelhouse, FIND_LINKS), with the
+# packages torch_env installs beside it (roles/torch_env/defaults/main.yml); WHEELHOUSE=DIR
+# keeps the wheels. INDEX_URL reaches gpufleet lock and pip through the environment only
+# (GPUFLEET_INDEX_URL, PIP_INDEX_URL): credentials in it never stand on a command line.
+TORCH ?= 2.13.0
+CUDA ?=
+PYTHON_VERSION ?= 3.11
+INDEX_URL ?=
+SOURCE ?= auto
+FIND_LINKS ?=
+WHEELHOUSE ?=
+LOCK_OUT ?= torch.lock
+.PHONY: torch-lock
+torch-lock: export GF_TORCH = $(value TORCH)
+torch-lock: export GF_CUDA = $(value CUDA)
+torch-lock: export GF_PYTHON_VERSION = $(value PYTHON_VERSION)
+torch-lock: export GPUFLEET_INDEX_URL = $(value INDEX_URL)
+torch-lock: export GF_SOURCE = $(value SOURCE)
+torch-lock: export GF_FIND_LINKS = $(value FIND_LINKS)
+torch-lock: export GF_WHEELHOUSE = $(value WHEELHOUSE)
+torch-lock: export GF_LOCK_OUT = $(value LOCK_OUT)
+torch-lock: setup ## write LOCK_OUT=torch.lock: a hash lock of TORCH's CUDA=<variant> build and torch_env's packages (gpufleet_torch_lock)
+	@args=(--torch "$$GF_TORCH" --python "$$GF_PYTHON_VERSION" --source "$$GF_SOURCE" --output "$$GF_LOCK_OUT"); \
+	[ -n "$$GF_CUDA" ] && args+=(--cuda "$$GF_CUDA"); \
+	[ -n "$$GF_WHEELHOUSE" ] && args+=(--wheelhouse "$$GF_WHEELHOUSE"); \
+	for link in $$GF_FIND_LINKS; do args+=(--find-links "$$link"); done; \
+	while IFS= read -r pkg; do args+=(--package "$$pkg"); done < <($(BIN)/python -c 'import yaml; \
+	  print("\n".join(yaml.safe_load(open("roles/torch_env/defaults/main.yml"))["torch_env_packages"]))'); \
+	$(BIN)/gpufleet lock "$${args[@]}"
 
 .PHONY: matrix
 matrix: setup ## regenerate the support matrix in README.md from the compatibility data
@@ -216,15 +309,29 @@ VERIFY_ARGS ?=
 RUN_ID ?=
 # Another make verify from this checkout holds reports/.verify.lock: wait this long, then refuse.
 VERIFY_LOCK_WAIT ?= 900
+# TIER: quick (a Slurm prolog, at most 60 s per node), standard, burnin (standard, then every
+# device busy for DURATION: 90s, 2m, 30m, 1h); empty = the inventory's verify_tier (standard).
+# PROFILES_DIR: the site's own profile files (gpufleet_profiles_dir). All three are checked by
+# gpufleet verify (exit 2 naming the variable) before anything runs.
+TIER ?=
+DURATION ?=
+PROFILES_DIR ?=
 
 .PHONY: verify
 verify: export GF_RUN_ID = $(value RUN_ID)
 verify: export GF_LOCK_WAIT = $(value VERIFY_LOCK_WAIT)
-verify: setup ## verify the nodes of INVENTORY (checks, pre-check, torchrun, report); LAUNCHER=slurm; exit 0 pass, else 2 (make's rule; gpufleet verify: 1 failure, 2 refused)
+verify: export GF_TIER = $(value TIER)
+verify: export GF_DURATION = $(value DURATION)
+verify: export GF_PROFILES_DIR = $(value PROFILES_DIR)
+verify: setup ## verify the nodes of INVENTORY (checks, compute, torchrun, report); TIER=quick|standard|burnin DURATION=30m; LAUNCHER=slurm; exit 0 pass, else 2 (make's rule; gpufleet verify: 1 failure, 2 refused)
 	$(CHECK_LAUNCHER)
-	@rc=0; $(ARGSPLIT) GF_VERIFY_ARGS VERIFY_ARGS -- $(BIN)/gpufleet verify \
+	$(CHECK_TIER)
+	@tier=(); [ -n "$$GF_TIER" ] && tier+=(--tier "$$GF_TIER"); \
+	[ -n "$$GF_DURATION" ] && tier+=(--duration "$$GF_DURATION"); \
+	[ -n "$$GF_PROFILES_DIR" ] && tier+=(--profiles-dir "$$GF_PROFILES_DIR"); \
+	rc=0; $(ARGSPLIT) GF_VERIFY_ARGS VERIFY_ARGS -- $(BIN)/gpufleet verify \
 		--inventory "$$GF_INVENTORY" --run-id "$$GF_RUN_ID" --lock-wait "$$GF_LOCK_WAIT" \
-		--launcher "$$GF_LAUNCHER" -- || rc=$$?; \
+		--launcher "$$GF_LAUNCHER" $${tier[@]+"$${tier[@]}"} -- || rc=$$?; \
 	case $$rc in 0) ;; 1) echo ">> exit 1: the run failed (gpufleet verify returns 1; make returns 2)"; exit 1;; \
 	  *) echo ">> exit $$rc: refused before any change (gpufleet verify returns $$rc; make returns 2)"; exit $$rc;; esac
 
@@ -273,10 +380,25 @@ testbed-deps: ## install the testbed's host tools with apt-get (debootstrap, dnf
 # every node (the site's scheduler; kept until testbed-down).
 SLURM ?=
 export GF_SLURM = $(value SLURM)
-testbed-up: setup testbed-deps ## start the simulated EL cluster (NODES=3; SLURM=1 adds Slurm; TESTBED_GPU=node2,node3 poses GPU nodes; idempotent); prints the inventory path
-	@slurm=(); sl=$$($(BOOL) SLURM "$$GF_SLURM"); [ "$$sl" = 1 ] && slurm=(--slurm); \
-	[ "$$GF_LAUNCHER" = slurm ] && slurm=(--slurm); \
-	$(TBCTL) up --nodes "$$GF_NODES" $${slurm[@]+"$${slurm[@]}"}
+# TORCH_WHEELS=cuda: the nodes get PyPI's real CUDA build of the pinned torch (~2.7 GB
+# downloaded once into the cache, ~5 GB per node's env) from a PyPI-layout index, the last
+# node from a find-links wheelhouse with no index; empty or cpu: the CPU build (fast).
+TORCH_WHEELS ?=
+export GF_TORCH_WHEELS = $(value TORCH_WHEELS)
+# MONITOR=1: the site's monitoring too: Debian's prometheus-node-exporter in every node,
+# Debian's prometheus on 127.0.0.1:9090 with gpufleet's rules (docs/monitoring.md; kept until
+# testbed-down), and the inventory turns on the health timer (gpufleet_health_timer).
+MONITOR ?=
+export GF_MONITOR = $(value MONITOR)
+# monitor-deps is a prerequisite when MONITOR is on (never a $(MAKE) inside the recipe: make -n
+# would run that line, tbctl up with it); the recipe still refuses a spelling BOOL does not know
+MONITOR_DEPS = $(if $(filter-out 0 n N no No NO false False FALSE off Off OFF,$(MONITOR)),monitor-deps)
+testbed-up: setup testbed-deps $(MONITOR_DEPS) ## start the simulated EL cluster (NODES=3; SLURM=1 adds Slurm; MONITOR=1 node_exporter + Prometheus; TESTBED_GPU=node2,node3 poses GPU nodes; TORCH_WHEELS=cuda: PyPI's CUDA torch; idempotent); prints the inventory path
+	@extra=(); sl=$$($(BOOL) SLURM "$$GF_SLURM"); [ "$$sl" = 1 ] && extra=(--slurm); \
+	[ "$$GF_LAUNCHER" = slurm ] && extra=(--slurm); \
+	mon=$$($(BOOL) MONITOR "$$GF_MONITOR"); [ "$$mon" = 1 ] && extra+=(--monitor); \
+	case "$$GF_TORCH_WHEELS" in ""|cpu|cuda) ;; *) echo "ERROR: TORCH_WHEELS='$$GF_TORCH_WHEELS' is refused -> allowed: cpu (default) or cuda" >&2; exit 2;; esac; \
+	$(TBCTL) up --nodes "$$GF_NODES" --torch-wheels "$${GF_TORCH_WHEELS:-cpu}" $${extra[@]+"$${extra[@]}"}
 
 testbed-down: setup ## stop the testbed and remove all it made but the cached base rootfs (safe twice)
 	$(TBCTL) down
@@ -298,8 +420,10 @@ testbed-clean: setup ## testbed-down, then remove the cached base rootfs and whe
 
 # --- demo ---
 .PHONY: demo
-demo: setup ## the main job on the built-in simulated cluster (root): testbed-up, provision, verify (LAUNCHER=slurm: through Slurm)
+demo: setup ## the main job on the built-in simulated cluster (root): testbed-up, provision, verify (LAUNCHER=slurm: through Slurm; MONITOR=1: node_exporter, Prometheus at 127.0.0.1:9090, the health timer)
 	$(MAKE) --no-print-directory testbed-up
 	$(MAKE) --no-print-directory provision INVENTORY=testbed/inventory
 	$(MAKE) --no-print-directory verify INVENTORY=testbed/inventory
-	@echo ">> demo done: the cluster report is reports/latest/summary.md; make testbed-down removes the testbed"
+	@mon=$$($(BOOL) MONITOR "$$GF_MONITOR"); if [ "$$mon" = 1 ]; then $(TBCTL) monitor-wait --timeout 180 && \
+	  echo ">> Prometheus: http://127.0.0.1:9090 (gpufleet_health_* of every node, alerts of monitoring/prometheus/gpufleet.rules.yml)"; fi
+	@echo ">> demo done: the cluster report is reports/latest/index.html (summary.md, summary.json); make testbed-down removes the testbed"

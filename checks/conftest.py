@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -27,7 +29,7 @@ import gpufleet
 from gpufleet.commands.cmd_health import add_node_options, add_suite_options
 from gpufleet.node.health.context import DEFAULT_MANIFEST, NodeContext
 from gpufleet.node.nvml import GpuReading, NvmlReader, PynvmlReader, RecordedReader, load_recording
-from gpufleet.results import Record, ResultFile, Status
+from gpufleet.results import NEEDS_REMEDY, Record, ResultFile, Status, record_key, rerun_meta
 
 # ------------------------------------------------------------------------------- options
 
@@ -246,9 +248,29 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         started=datetime.fromtimestamp(started, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         duration_s=time.time() - started,
         records=_records(config),
-        meta={**({} if ctx is None else ctx.meta), "pytest_exitstatus": int(exitstatus)},
+        meta={
+            **({} if ctx is None else ctx.meta),
+            "pytest_exitstatus": int(exitstatus),
+            "rerun": _rerun(config),
+        },
     )
     result.write(path)
+
+
+def _rerun(config: pytest.Config) -> dict[str, Any]:
+    """How to rerun one check of this run here (gpufleet.results.rerun_meta): the report's
+    reproducer of a record that did not pass."""
+    inv = config.invocation_params
+    results = config.stash[RESULTS_KEY]
+    return rerun_meta(
+        python=sys.executable,
+        cwd=str(inv.dir),
+        rootdir=str(config.rootpath),
+        args=inv.args,
+        paths=config.args,
+        env=os.environ,
+        tests={record_key(r): nodeid for nodeid, r in results.items() if r.status in NEEDS_REMEDY},
+    )
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

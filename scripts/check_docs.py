@@ -55,7 +55,7 @@ TEST_TREES = ("tests", "checks", "smoke_tests", "testbed", "collections")
 #: Suffixes that make ``gpufleet.x`` a file name (gpufleet.conf), not a dotted module name.
 FILE_SUFFIXES = frozenset(
     {"json", "yml", "yaml", "md", "py", "txt", "xml", "log", "conf", "cfg", "toml", "sh"}
-    | {"service", "timer", "target", "socket", "repo", "png", "j2", "env", "lock", "d"}
+    | {"service", "timer", "target", "socket", "repo", "png", "j2", "env", "lock", "d", "prom"}
 )
 COLLECTION = Path("collections/ansible_collections/gpufleet/core")
 #: Dated measurement records: links checked, cited names left as they were then.
@@ -200,7 +200,8 @@ class Repo:
         out: dict[str, list[Path]] = {}
         for tree in TEST_TREES:
             for path in sorted((self.root / tree).rglob("*.py")):
-                if "__pycache__" not in path.parts:
+                # not the caches, nor the testbed's state (a node's root filesystem)
+                if not {"__pycache__", ".state"} & set(path.parts):
                     out.setdefault(path.name, []).append(path)
         return out
 

@@ -9,6 +9,15 @@
 #              plan-dependent checks run (plan.json, manifest.json)
 #   nvml       NVML recording of this node (node-nvml.json; replayable by the tests)
 #   checks     node checks suite checks/ with --require-gpu (checks.{json,xml})
+#   compute    gpufleet compute: matmul TFLOP/s per GPU (all GPUs at once, bf16; fp16 before
+#              compute capability 8.0), judged against the profile's floor and the node's best GPU, and
+#              the silent-data-corruption digests (compute.json; issue 40 items 1 and 3)
+#   quick      the quick tier's node work (the checks suite, then gpufleet compute) under the
+#              tier's budget, 60 s (quick-checks.json, quick-compute.json; item 4)
+#   collectives all_gather, reduce_scatter, alltoall, broadcast, sendrecv on this node's GPUs
+#              (gpufleet.verify.workers.collectives, one rank per GPU; collectives.json; item 2)
+#   burnin     gpufleet compute --burnin BURNIN (default 2m): every GPU busy, NVML sampled,
+#              throttle reasons, compute drop and Xids judged (burnin.json; item 4)
 #   smoke      smoke suite smoke_tests/: DP, DDP, AMP, SyncBN, all-reduce (smoke.{json,xml})
 #   train      the cluster training step, one node (gpufleet.verify.workers.train: one rank
 #              per GPU, DDP + SyncBatchNorm + AMP; world size 1 on one GPU) (train.json)
@@ -36,11 +45,13 @@
 # timed out; 3 no GPU here (nothing validated on a GPU; 1 still wins when a CPU-form step
 # failed).
 #
-# Time: BUDGET (default 450 s) bounds all steps together; each step's limit is the smaller of
+# Time: BUDGET (default 600 s) bounds all steps together; each step's limit is the smaller of
 # its own (ENV_TIMEOUT 30, PLAN_TIMEOUT 30, NVML_TIMEOUT 60, CHECKS_TIMEOUT 90,
+# COMPUTE_TIMEOUT 120, the quick tier 60, COLLECTIVES_TIMEOUT 90, the burn-in BURNIN + 90,
 # SMOKE_TIMEOUT 180, TRAIN_TIMEOUT 90, RUN_TIMEOUT 120, PROFILE_TIMEOUT 30, HEALTH_TIMEOUT
 # 60, ALLREDUCE_TIMEOUT 60) and what is left of the budget; a step with under 15 s left is
-# skipped. Each limit is hard: TERM, then KILL 10 s later.
+# skipped. The issue-40 steps run first, after checks. Each limit is hard: TERM, then KILL
+# 10 s later.
 #
 #   scripts/gpu-validate.sh                      # on a GPU node whose python3 has torch
 #   OUT=/tmp/gv PY=/opt/env/bin/python scripts/gpu-validate.sh
@@ -59,7 +70,7 @@ if [ -z "${PY:-}" ]; then
 fi
 export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export PY REPO OUT
-BUDGET=${BUDGET:-450}
+BUDGET=${BUDGET:-600}
 CPU_FORM=${CPU_FORM:-1}
 START=$SECONDS
 SUMMARY=$OUT/summary.txt
@@ -213,6 +224,57 @@ if ! cpu_skip checks; then
   step checks "${CHECKS_TIMEOUT:-90}" "$FORM" "$PY" -m pytest -c checks/pytest.ini checks/ \
     -p no:cacheprovider -rA ${mopt[@]+"${mopt[@]}"} "${req[@]}" \
     --gpufleet-json="$OUT/checks.json" --junitxml="$OUT/checks.xml"
+fi
+
+# --- compute: matmul TFLOP/s and SDC digests per device (issue 40 items 1 and 3) ------------
+if ! cpu_skip compute; then
+  NOTE="compute.json (records compute_matmul per device, compute_floor, sdc_repeat)"
+  step compute "${COMPUTE_TIMEOUT:-120}" "$FORM" "$PY" -m gpufleet compute --node "$(hostname)" \
+    --output "$OUT/compute.json"
+  if [ -s "$OUT/compute.json" ]; then
+    "$PY" - "$OUT/compute.json" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+d = json.load(open(sys.argv[1]))
+figs = ", ".join(f"{f['device']} {f['dtype']} {f['tflops']:g}" for f in d["meta"]["figures"])
+print(f"compute    figure: TFLOP/s {figs}; profile {d['meta'].get('profile')}")
+PY
+  fi
+fi
+
+# --- quick: the quick tier's node work under its budget (issue 40 item 4) -------------------
+# what make verify TIER=quick runs on a node: the checks suite, then gpufleet compute, within
+# the tier's 60 s (gpufleet.verify.tiers.QUICK_BUDGET_S); a timeout here is the tier over budget
+quick_tier() {
+  local req=(--require-gpu)
+  [ "$have_gpu" = 1 ] || req=(--no-require-gpu)
+  "$PY" -m pytest -c checks/pytest.ini checks/ -p no:cacheprovider -q "${req[@]}" \
+    --gpufleet-json="$OUT/quick-checks.json" && \
+  "$PY" -m gpufleet compute --node "$(hostname)" --output "$OUT/quick-compute.json"
+}
+if ! cpu_skip quick; then
+  export have_gpu
+  NOTE="the quick tier's node work in its 60 s budget (quick-checks.json, quick-compute.json)"
+  step quick 60 "$FORM" quick_tier
+fi
+
+# --- collectives: every collective beside all-reduce on this node (issue 40 item 2) ---------
+if ! cpu_skip collectives; then
+  limit=${COLLECTIVES_TIMEOUT:-90}
+  NOTE="collectives.json, $nproc ranks (with one GPU sendrecv skips: one rank)"
+  step collectives "$((limit + 15))" "$FORM" "$PY" -m gpufleet.verify.workers.supervise --timeout "$limit" \
+    --log "$OUT/collectives-torchrun.log" -- \
+    "$PY" -m torch.distributed.run --nnodes 1 --nproc-per-node "$nproc" --rdzv-backend static \
+    --master-addr 127.0.0.1 --master-port "${COLLECTIVES_PORT:-29514}" --max-restarts 0 \
+    -m gpufleet.verify.workers.collectives --out-dir "$OUT/collectives-ranks" \
+    --result-json "$OUT/collectives.json"
+fi
+
+# --- burnin: every device busy for BURNIN, NVML sampled (issue 40 item 4) --------------------
+if ! cpu_skip burnin; then
+  burn=$("$PY" -m gpufleet.units duration BURNIN "${BURNIN:-2m}") || burn=120
+  NOTE="burnin.json, $burn s held (records burnin_throttle, burnin_compute_drop, burnin_xid, burnin_samples)"
+  step burnin "$((burn + 90))" "$FORM" "$PY" -m gpufleet compute --node "$(hostname)" \
+    --burnin "$burn" --sdc-repeats 0 --output "$OUT/burnin.json"
 fi
 
 # --- smoke: the smoke suite -----------------------------------------------------------------

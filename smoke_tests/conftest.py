@@ -33,7 +33,16 @@ from typing import Any
 import pytest
 
 from gpufleet.node.netprobe import free_port
-from gpufleet.results import STATUSES, BandwidthRow, Record, ResultFile, Status
+from gpufleet.results import (
+    NEEDS_REMEDY,
+    STATUSES,
+    BandwidthRow,
+    Record,
+    ResultFile,
+    Status,
+    record_key,
+    rerun_meta,
+)
 from gpufleet.verify.workers.supervise import group_alive, pid_alive
 
 
@@ -64,6 +73,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="busbw gate in GB/s at the largest size (0 = bandwidth table)",
     )
     g.addoption("--bandwidth-table", default="", help="user expected-busbw table (JSON)")
+    g.addoption(
+        "--dp-imbalance-max",
+        type=float,
+        default=1.5,
+        help="DataParallel: GPU-0 memory over the others' mean above this warns (default 1.5)",
+    )
 
 
 # ----------------------------------------------------------------------------- mode
@@ -110,6 +125,7 @@ class _Collected:
     bandwidth: list[BandwidthRow] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
+    nodeids: dict[str, str] = field(default_factory=dict)  # record key -> pytest node id
 
 
 _COLLECTED = pytest.StashKey[_Collected]()
@@ -206,6 +222,7 @@ def pytest_runtest_makereport(
     # a teardown failure after a passed call replaces the call's record
     coll.records = [r for r in coll.records if r.name != rec.name]
     coll.records.append(rec)
+    coll.nodeids[record_key(rec)] = item.nodeid
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -234,9 +251,29 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             "torch_cuda": torch.version.cuda,
             "pytest_exitstatus": int(exitstatus),
             **coll.meta,
+            "rerun": _rerun(session.config, coll),
         },
     )
     rf.write(path)
+
+
+def _rerun(config: pytest.Config, coll: _Collected) -> dict[str, Any]:
+    """How to rerun one test of this run here (gpufleet.results.rerun_meta): the report's
+    reproducer of a record that did not pass."""
+    inv = config.invocation_params
+    return rerun_meta(
+        python=sys.executable,
+        cwd=str(inv.dir),
+        rootdir=str(config.rootpath),
+        args=inv.args,
+        paths=config.args,
+        env=os.environ,
+        tests={
+            key: coll.nodeids[key]
+            for r in coll.records
+            if r.status in NEEDS_REMEDY and (key := record_key(r)) in coll.nodeids
+        },
+    )
 
 
 # ----------------------------------------------------------------------------- torchrun

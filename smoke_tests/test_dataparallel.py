@@ -2,7 +2,9 @@
 
 Outputs and gradients must match a single-device run; per-GPU memory is read from NVML
 (nvidia-ml-py) after the step, falling back to torch.cuda.memory_allocated, and the GPU-0
-imbalance (DataParallel gathers outputs and loss on device_ids[0]) is reported.
+imbalance (DataParallel gathers outputs and loss on device_ids[0]) is reported and judged
+against ``--dp-imbalance-max`` (verify_dp_imbalance_max; gpufleet.node.dp_balance): above it
+the test warns.
 DataParallel needs at least 2 CUDA devices to scatter a batch: on CPU nodes and on nodes with
 one GPU the test reports skip with that reason (with one device or none, DataParallel only
 calls the module, which proves nothing about DataParallel).
@@ -17,6 +19,7 @@ from typing import Any
 import pytest
 
 from conftest import Mode, Smoke
+from gpufleet.node import dp_balance
 
 REMEDY = "check every GPU is visible (nvidia-smi -L, CUDA_VISIBLE_DEVICES) and run checks/"
 
@@ -61,7 +64,9 @@ def _model(seed: int = 0) -> Any:
 
 
 @pytest.mark.gpu
-def test_dataparallel_matches_single_device(mode: Mode, smoke: Smoke) -> None:
+def test_dataparallel_matches_single_device(
+    mode: Mode, smoke: Smoke, request: pytest.FixtureRequest
+) -> None:
     import torch
 
     smoke.note(remedy=REMEDY)
@@ -88,19 +93,16 @@ def test_dataparallel_matches_single_device(mode: Mode, smoke: Smoke) -> None:
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-5)
 
     used, source = gpu_memory_used()
-    rest = used[1:]
-    imbalance = used[0] / (sum(rest) / len(rest)) if rest and sum(rest) else None
+    imbalance = dp_balance.verdict(used, float(request.config.getoption("--dp-imbalance-max")))
     smoke.meta(dataparallel_memory_bytes=used, dataparallel_memory_source=source)
     smoke.note(
-        value=round(imbalance, 3) if imbalance else None,
+        value=imbalance.value,
+        threshold=imbalance.limit,
+        status="warn" if imbalance.status == "warn" else "pass",
+        remedy=imbalance.remedy,
         message=(
             f"{n} GPU(s): outputs/grads match single device; memory used per GPU ({source}): "
             + ", ".join(f"{u / 2**20:.0f} MiB" for u in used)
-            + (
-                f"; GPU-0 / mean(others) = {imbalance:.2f} (DataParallel gathers on GPU 0; "
-                "prefer DDP)"
-                if imbalance
-                else ""
-            )
+            + f"; {imbalance.text} (DataParallel gathers on GPU 0; prefer DDP)"
         ),
     )

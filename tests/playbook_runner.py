@@ -27,6 +27,7 @@ PROVISION_ROLES = (
     "torch_env",
     "cluster_network",
     "slurm_health",
+    "health_timer",
 )
 
 

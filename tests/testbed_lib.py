@@ -17,8 +17,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -369,6 +370,141 @@ def throttle(node: config.Node, kbit: int | None) -> None:
         capture_output=True,
         check=True,
     )  # fmt: skip
+
+
+def _netns_pids(
+    node: config.Node, pattern: re.Pattern[str], also_children_of: Sequence[int] = ()
+) -> list[int]:
+    """Host PIDs of the node's processes (its network namespace) whose command line matches,
+    and those whose parent is one of ``also_children_of``."""
+    want = f"net:[{os.stat(f'/run/netns/{node.netns}').st_ino}]"
+    out = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if os.readlink(proc / "ns" / "net") != want:
+                continue
+            args = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if pattern.search(args):
+            out.append(int(proc.name))
+        elif also_children_of:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if _ppid(int(proc.name)) in also_children_of:
+                    out.append(int(proc.name))
+    return out
+
+
+#: the Python of verify's compute and burn-in steps on a node (roles/verify/tasks/compute.yml),
+#: not the sh and timeout around it: argv[0] is the environment's python
+COMPUTE_PYTHON = re.compile(r"^\S*python[0-9.]* -m gpufleet compute\b")
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name: state, ppid, ... (field 3 onwards)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def _start_ticks(pid: int) -> int:
+    return int(_stat_fields(pid)[19])
+
+
+def _age_s(pid: int) -> float:
+    """Seconds since the process started (its start time against the uptime)."""
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return uptime - _start_ticks(pid) / os.sysconf("SC_CLK_TCK")
+
+
+def _ppid(pid: int) -> int:
+    return int(_stat_fields(pid)[1])
+
+
+@dataclass
+class Slowed:
+    """What slowed_compute did: the PIDs it held (the compute process and what it started),
+    how old each was when first held (a late hold leaves the start of the work at full
+    speed), and how many stop/continue cycles it ran and for how long it kept them stopped."""
+
+    started: dict[int, int] = field(default_factory=dict)  # held PID -> its start (ticks)
+    moved_at_age_s: list[float] = field(default_factory=list)
+    cycles: int = 0
+    stopped_s: float = 0.0
+
+    @property
+    def moved(self) -> list[int]:
+        """The PIDs held, in the order they were first seen."""
+        return list(self.started)
+
+    def live(self) -> list[int]:
+        """The held PIDs that still name the same process (a PID the kernel gave to another
+        process since is never signalled)."""
+        out = []
+        for pid, ticks in self.started.items():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if _start_ticks(pid) == ticks and _stat_fields(pid)[0] != "Z":
+                    out.append(pid)
+        return out
+
+
+@contextlib.contextmanager
+def slowed_compute(
+    node: config.Node, share: float = 0.05, period_s: float = 0.3, poll_s: float = 0.05
+) -> Iterator[Slowed]:
+    """While inside: ``node``'s ``gpufleet compute`` process, and every process it starts (a
+    device's process, spawned), runs ``share`` of the time: a thread stops them (SIGSTOP)
+    and lets them go on (SIGCONT) ``period_s`` apart, as a GPU throttled to a fraction of
+    its siblings computes. The same on any host, whatever its cgroup layout (a CPU quota
+    in a cgroup of the host's did not bite on the CI machine). The thread sees a new such
+    process within ``poll_s`` of its start (torch's import takes seconds before the sweep),
+    and nothing else on the node is slowed: the links, the smoke suite and the training
+    keep their speed, and only the compute figure can name the node. On the way out every
+    held process is let go on. Yields a Slowed that the caller reads after the block."""
+    done = Slowed()
+    stop = threading.Event()
+    run_s = period_s * share
+
+    def hold_new() -> None:
+        for pid in _netns_pids(node, COMPUTE_PYTHON, also_children_of=done.moved):
+            if pid not in done.started:
+                with contextlib.suppress(OSError, ValueError, IndexError):  # it may have ended
+                    ticks, age = _start_ticks(pid), round(_age_s(pid), 3)
+                    done.started[pid] = ticks
+                    done.moved_at_age_s.append(age)
+
+    def signal_all(sig: signal.Signals) -> int:
+        n = 0
+        for pid in done.live():
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+                n += 1
+        return n
+
+    def watch() -> None:
+        while not stop.is_set():
+            if not signal_all(signal.SIGSTOP):
+                hold_new()
+                stop.wait(poll_s)
+                continue
+            t0 = time.monotonic()
+            hold_new()  # while they are stopped: a child started since is held from now on
+            signal_all(signal.SIGSTOP)
+            stop.wait(max(0.0, period_s - run_s - (time.monotonic() - t0)))
+            done.stopped_s += time.monotonic() - t0
+            signal_all(signal.SIGCONT)
+            done.cycles += 1
+            stop.wait(run_s)
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    try:
+        yield done
+    finally:
+        stop.set()
+        t.join(timeout=5)
+        signal_all(signal.SIGCONT)
+        done.stopped_s = round(done.stopped_s, 1)
 
 
 def link(node: config.Node, *, up: bool) -> None:

@@ -13,7 +13,10 @@ import math
 import re
 from collections.abc import Callable
 
+from gpufleet.errors import RefusedError
 from gpufleet.inputs.boundary import MAX_VALUE_LEN, is_single_line
+from gpufleet.units import DURATION_ALLOWED, parse_duration
+from gpufleet.verify import tiers
 
 
 def _bad(value: str, allowed: str) -> argparse.ArgumentTypeError:
@@ -93,4 +96,19 @@ def text(value: str) -> str:
     """One line of printable characters (names, paths)."""
     if not is_single_line(value, MAX_VALUE_LEN):
         raise _bad(value, f"one line of at most {MAX_VALUE_LEN} printable characters")
+    return value
+
+
+def duration(value: str) -> int:
+    """Seconds from ``90``, ``90s``, ``2m``, ``30m``, ``1h`` (gpufleet.units.parse_duration)."""
+    try:
+        return parse_duration(value, "duration")
+    except RefusedError:
+        raise _bad(value, DURATION_ALLOWED) from None
+
+
+def tier(value: str) -> str:
+    """A verify tier: quick, standard or burnin (gpufleet.verify.tiers; docs/verify.md)."""
+    if value not in tiers.NAMES:
+        raise _bad(value, " or ".join(tiers.NAMES))
     return value

@@ -22,6 +22,7 @@ from gpufleet.errors import EXIT_FAILED, EXIT_REFUSED, GpufleetError
 # Sub-command modules, imported lazily so that `gpufleet plan` never imports torch or NVML.
 COMMANDS: tuple[str, ...] = (
     "plan",
+    "lock",
     "matrix",
     "report",
     "probe",
@@ -33,6 +34,8 @@ COMMANDS: tuple[str, ...] = (
     "slurm",
     "health",
     "profile",
+    "compute",
+    "ibbw",
 )
 
 

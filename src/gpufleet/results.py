@@ -23,20 +23,23 @@ when the record is about one GPU). The statuses:
 Every warn, fail and incomplete record carries a ``remedy``: what to do next.
 
 Bandwidth rows carry size_bytes, count, dtype, time_us, algbw, busbw (GB/s, 10^9),
-world_size, backend and wrong (elements that did not match the expected sum).
+world_size, backend, wrong (elements that did not match the expected result) and op (the
+collective, ``all_reduce`` unless another).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from gpufleet.errors import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK
 
@@ -70,7 +73,7 @@ class Record:
 
 @dataclass(frozen=True)
 class BandwidthRow:
-    """One all-reduce size of a sweep, the way nccl-tests prints it."""
+    """One size of a collective's sweep, the way nccl-tests prints it."""
 
     size_bytes: int
     count: int
@@ -81,6 +84,9 @@ class BandwidthRow:
     world_size: int
     backend: str
     wrong: int = 0
+    #: the collective (nccl-tests' name): all_reduce, all_gather, reduce_scatter, alltoall,
+    #: broadcast, sendrecv; its busbw factor is gpufleet.verify.bandwidth.BUSBW_FACTORS[op]
+    op: str = "all_reduce"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,6 +130,22 @@ class ResultFile:
 
     def write(self, path: str | os.PathLike[str]) -> Path:
         return write_json_atomic(path, self.to_dict())
+
+
+def flock_acquire(fd: int | IO[str], wait_s: float, interval_s: float) -> bool:
+    """Take an exclusive ``flock`` on ``fd``, trying again every ``interval_s`` until
+    ``wait_s`` has passed (0: one try); False when another process still holds it. The one
+    loop behind the controller's verify lock (gpufleet.verify.verify_run) and the health
+    pass's state lock (gpufleet.node.pass_state), which each say who holds it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(interval_s)
 
 
 def write_json_atomic(path: str | os.PathLike[str], data: Any) -> Path:
@@ -214,3 +236,56 @@ def exit_code(records: Iterable[Record]) -> int:
     if "fail" in statuses:
         return EXIT_FAILED
     return EXIT_INCOMPLETE if "incomplete" in statuses else EXIT_OK
+
+
+# ------------------------------------------------------------------ rerunning one test
+
+
+#: environment variables a node suite reads besides its options: a rerun sets them again
+RERUN_ENV = ("PYTHONPATH", "GPUFLEET_REQUIRE_GPU", "CUDA_VISIBLE_DEVICES")
+#: suite options naming the run's own output files: the rerun of one test leaves them out
+OUTPUT_OPTIONS = ("--gpufleet-json", "--junitxml")
+
+
+def record_key(r: Record) -> str:
+    """A record's key in ``meta["rerun"]["tests"]``: its name, and its GPU for a per-GPU one
+    (``ecc_mode@3 (00000000:5D:00.0)``)."""
+    return r.name if r.gpu is None else f"{r.name}@{r.gpu}"
+
+
+def rerun_meta(
+    *,
+    python: str,
+    cwd: str,
+    rootdir: str,
+    args: Iterable[str],
+    paths: Iterable[str],
+    env: Mapping[str, str],
+    tests: Mapping[str, str],
+) -> dict[str, Any]:
+    """How to rerun one test of a suite run on its node (a result file's ``meta["rerun"]``,
+    written by the checks and smoke suites): the interpreter, the working directory, the suite's
+    options as given (``args``) less its test paths (``paths``) and output files, the variables
+    of :data:`RERUN_ENV` that were set, and ``tests``: :func:`record_key` -> pytest node id
+    (relative to ``rootdir``) of the records that need someone to act. The report's reproducer
+    (gpufleet.report.reproduce) is ``cd CWD && [ENV] PYTHON -m pytest ROOTDIR/NODEID OPTIONS``."""
+    given = set(paths)
+    options: list[str] = []
+    words = iter(args)
+    for word in words:
+        if word in given:
+            continue
+        if word in OUTPUT_OPTIONS:
+            next(words, None)  # `--junitxml PATH`: its value too
+            continue
+        if word.startswith(tuple(f"{o}=" for o in OUTPUT_OPTIONS)):
+            continue
+        options.append(word)
+    return {
+        "python": python,
+        "cwd": cwd,
+        "rootdir": rootdir,
+        "options": options,
+        "env": {k: env[k] for k in RERUN_ENV if k in env},
+        "tests": dict(tests),
+    }

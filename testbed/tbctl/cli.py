@@ -1,4 +1,5 @@
-"""`python -m tbctl up|down|status|clean|ssh` (run through the Makefile's testbed-* targets)."""
+"""`python -m tbctl up|down|status|clean|exec|monitor-wait` (run through the Makefile's testbed-*
+targets)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 from pathlib import Path
 from typing import NoReturn
 
-from . import mirror, nodes, render, rootfs, slurm
+from . import cuda_wheels, host_limits, mirror, monitor, nodes, render, rootfs, slurm
 from .config import (
     BRIDGE,
     BRIDGE_ADDRESS,
@@ -72,11 +73,20 @@ def _check_owner(claim: bool) -> None:
         OWNER_FILE.write_text(f"{STATE_DIR}\n")
 
 
-def write_inventory(node_list: list[Node], fpr: str, with_slurm: bool = False) -> Path:
+def write_inventory(
+    node_list: list[Node],
+    fpr: str,
+    with_slurm: bool = False,
+    torch_wheels: str = "cpu",
+    with_monitor: bool = False,
+) -> Path:
     INVENTORY_DIR.mkdir(parents=True, exist_ok=True)
     (INVENTORY_DIR / "group_vars").mkdir(exist_ok=True)
     hosts = INVENTORY_DIR / "hosts.yml"
-    hosts.write_text(render.hosts_text(node_list, str(nodes.CLIENT_KEY), str(nodes.KNOWN_HOSTS)))
+    house = mirror_url() if torch_wheels == "cuda" else ""
+    hosts.write_text(
+        render.hosts_text(node_list, str(nodes.CLIENT_KEY), str(nodes.KNOWN_HOSTS), house)
+    )
     info = render.MirrorInfo(
         url=mirror_url(),
         cuda_key_file=mirror.key_file_name(fpr),
@@ -84,6 +94,8 @@ def write_inventory(node_list: list[Node], fpr: str, with_slurm: bool = False) -
         bridge_address=BRIDGE_ADDRESS,
         cidr=str(SUBNET),
         slurm=with_slurm,
+        torch_wheels=torch_wheels,
+        monitor=with_monitor,
     )
     (INVENTORY_DIR / "group_vars" / "all.yml").write_text(render.group_vars_text(info))
     return hosts
@@ -106,10 +118,14 @@ def cmd_up(args: argparse.Namespace) -> int:
     base = rootfs.build()
     rootfs.check_python(base)
     RUN_DIR.mkdir(parents=True, exist_ok=True)
+    host_limits.ensure(len(node_list))
     nodes.ensure_bridge()
     fpr, _ = mirror.build_repos()
     pip = [sys.executable, "-m", "pip"]
     mirror.build_wheelhouse(pip)
+    if args.torch_wheels == "cuda":
+        cuda_wheels.download(cuda_wheels.CUDA_CACHE, cuda_wheels.read_pin())
+        mirror.build_cuda_index()
     mirror.start_http()
     nodes.ensure_client_key()
     nodes.write_known_hosts(node_list)
@@ -117,7 +133,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         nodes.ensure_node(n, node_list)
     if args.slurm or slurm.enabled():
         slurm.up(node_list)
-    inv = write_inventory(node_list, fpr, with_slurm=args.slurm or slurm.enabled())
+    if args.monitor or monitor.enabled():
+        monitor.up(node_list)
+    inv = write_inventory(
+        node_list,
+        fpr,
+        with_slurm=args.slurm or slurm.enabled(),
+        torch_wheels=args.torch_wheels,
+        with_monitor=args.monitor or monitor.enabled(),
+    )
     say(
         f"testbed up: {len(node_list)} node(s) in {time.monotonic() - t0:.0f}s; "
         f"mirror {mirror_url()}/"
@@ -133,12 +157,14 @@ def cmd_down(args: argparse.Namespace) -> int:
     _need_root()
     _check_owner(claim=False)
     t0 = time.monotonic()
+    monitor.down()  # the host's Prometheus; the nodes' exporters end with the nodes
     for name in nodes.node_names_from_state():
         n = Node(int(name.removeprefix("node")), RELEASES["alma8"])
         nodes.stop_node(n)
     mirror.stop_http()
     mirror.stop_gpg_agent()
     nodes.remove_bridge()
+    host_limits.restore()
     for link in nodes.our_links():  # veths whose netns vanished without us
         run(["ip", "link", "del", link], what=f"deleting stray link {link}", check=False)
     for cg in nodes.our_cgroups():
@@ -170,6 +196,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     print(f"bridge {BRIDGE}: {'up' if nodes._link_exists(BRIDGE) else 'absent'}")
     print(f"mirror {mirror_url()}/: {f'serving (pid {http})' if http else 'stopped'}")
     print(f"base rootfs: {'cached' if rootfs.is_current() else 'not built'} ({rootfs.ROOTFS})")
+    prom = monitor.prometheus_pid()
+    print(f"prometheus http://{monitor.LISTEN}: {f'running (pid {prom})' if prom else 'stopped'}")
     if not names:
         print("nodes: none")
     for name in names:
@@ -192,6 +220,16 @@ def cmd_exec(args: argparse.Namespace) -> NoReturn:
     if pid is None:
         raise TestbedError(f"{args.node} is not running; run `make testbed-up`")
     os.execvp("nsenter", [*nodes.nsenter(n, pid), *(args.command or ["/bin/bash", "-l"])])
+
+
+def cmd_monitor_wait(args: argparse.Namespace) -> int:
+    """Wait until Prometheus has every node's gpufleet metrics (make demo MONITOR=1)."""
+    names = nodes.node_names_from_state()
+    seen = monitor.wait_for_nodes(names, args.timeout)
+    say(f"Prometheus http://{monitor.LISTEN} has gpufleet's metrics of {', '.join(sorted(seen))}")
+    for name in sorted(seen):
+        print(f"   {name}  last pass {time.strftime('%H:%M:%S', time.localtime(seen[name]))}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,12 +261,32 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("TESTBED_SLURM", "").lower() in ("1", "true", "yes", "on"),
         help="also run Slurm (slurmctld on node1, slurmd everywhere); kept until testbed-down",
     )
+    up.add_argument(
+        "--torch-wheels",
+        choices=("cpu", "cuda"),
+        default=os.environ.get("TESTBED_TORCH_WHEELS") or "cpu",
+        help="cpu: torch's CPU build from the wheelhouse (fast, the default); cuda: PyPI's "
+        "CUDA build of the pinned torch (~2.7 GB, downloaded once) from a PyPI-layout index, "
+        "the last node from a find-links wheelhouse with no index (docs/testbed.md)",
+    )
+    up.add_argument(
+        "--monitor",
+        action="store_true",
+        default=os.environ.get("TESTBED_MONITOR", "").lower() in ("1", "true", "yes", "on"),
+        help="also run the site's monitoring: Debian's prometheus-node-exporter in every node, "
+        "Debian's prometheus on 127.0.0.1:9090 with gpufleet's rules; kept until testbed-down",
+    )
     up.set_defaults(func=cmd_up)
     sub.add_parser("down", help="remove everything but the caches; safe twice").set_defaults(
         func=cmd_down
     )
     sub.add_parser("clean", help="down, then remove the caches").set_defaults(func=cmd_clean)
     sub.add_parser("status", help="what runs").set_defaults(func=cmd_status)
+    mw = sub.add_parser(
+        "monitor-wait", help="wait until Prometheus has every node's gpufleet_health_ metrics"
+    )
+    mw.add_argument("--timeout", type=float, default=120.0)
+    mw.set_defaults(func=cmd_monitor_wait)
     ex = sub.add_parser("exec", help="run a command in a node: exec node1 -- dnf repolist")
     ex.add_argument("node")
     ex.add_argument("command", nargs=argparse.REMAINDER)

@@ -29,6 +29,10 @@ HTTP_PORT = int(os.environ.get("TESTBED_HTTP_PORT", "8213"))
 DEFAULT_NODES = 3
 MAX_NODES = 32
 
+#: node_exporter's textfile directory in the nodes (MONITOR=1, tbctl.monitor): Debian's
+#: package default, given to gpufleet as gpufleet_health_textfile_dir in the inventory.
+NODE_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = os.environ.get("TESTBED_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 # Packages of the base root filesystem. Changing this list rebuilds the cached base.

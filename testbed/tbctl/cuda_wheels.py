@@ -351,7 +351,7 @@ def _plan(torch: str) -> dict[str, Any]:
     return dict(plan)
 
 
-def _read_pin() -> str:
+def read_pin() -> str:
     return pinned_torch(p.read_text() for p in PIN_FILES if p.is_file())
 
 
@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "download":
-            download(args.cache, args.torch or _read_pin())
+            download(args.cache, args.torch or read_pin())
             return 0
         return check(
             args.cache,

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from . import render
 from .config import BRIDGE_ADDRESS, CACHE_DIR, HTTP_PORT, REPO_DIR, RUN_DIR, mirror_url
+from .cuda_wheels import CUDA_CACHE
+from .cuda_wheels import STAMP as CUDA_STAMP
 from .sh import TestbedError, cmdline, processes, run, say, wait_for
 
 MIRROR = RUN_DIR / "mirror"
@@ -346,6 +348,54 @@ def build_wheelhouse(pip: list[str]) -> None:
     say(
         f"wheelhouse: {len(wheels)} wheels, {len(projects)} projects at {mirror_url()}/pypi/simple/"
     )
+
+
+# What the CUDA index serves besides the CUDA closure: the node requirements but torch
+# (the cache's torch is the CPU build, labelled +cpu: on a PyPI-layout index it must not be,
+# the pin torch===2.13.0 would not take it, but a site's wrong file should not be there).
+CUDA_INDEX = MIRROR / "pypi-cuda"
+
+
+def build_cuda_index() -> Path:
+    """``pypi-cuda/simple/``: a PyPI-layout index of PyPI's real CUDA build of the pinned
+    torch (``tbctl.cuda_wheels download``'s cache: torch unlabelled, nvidia-*, triton), the
+    other node requirements and the gpufleet wheel; ``pypi-cuda/files/`` is also a
+    find-links page (the HTTP server's directory listing). Hard links, no copies."""
+    stamp = CUDA_INDEX / ".complete"
+    if stamp.is_file():
+        say("wheelhouse: CUDA index already built")
+        return CUDA_INDEX
+    if not (CUDA_CACHE / CUDA_STAMP).is_file():
+        raise TestbedError(
+            f"no CUDA wheels in {CUDA_CACHE}: run `make testbed-cuda-wheels` (or "
+            "`python -m tbctl.cuda_wheels download`) first"
+        )
+    shutil.rmtree(CUDA_INDEX, ignore_errors=True)
+    files = CUDA_INDEX / "files"
+    files.mkdir(parents=True)
+    cuda = sorted(CUDA_CACHE.glob("*.whl"))
+    have = {render.wheel_project(w.name) for w in cuda}
+    rest = [
+        w
+        for w in sorted((MIRROR / "pypi" / "files").glob("*.whl"))
+        if render.wheel_project(w.name) not in have
+    ]
+    projects: dict[str, list[tuple[str, str]]] = {}
+    for w in [*cuda, *rest]:
+        dest = files / w.name
+        os.link(w, dest) if w.stat().st_dev == files.stat().st_dev else shutil.copy2(w, dest)
+        projects.setdefault(render.wheel_project(w.name), []).append((w.name, _sha256(w)))
+    for rel, text in render.simple_index(projects, "../../files").items():
+        page = CUDA_INDEX / "simple" / rel
+        page.parent.mkdir(parents=True, exist_ok=True)
+        page.write_text(text)
+    stamp.write_text("")
+    size = sum(w.stat().st_size for w in [*cuda, *rest])
+    say(
+        f"wheelhouse: CUDA index, {len(cuda) + len(rest)} wheels ({size / 1e9:.2f} GB) at "
+        f"{mirror_url()}/pypi-cuda/simple/ (find-links page {mirror_url()}/pypi-cuda/files/)"
+    )
+    return CUDA_INDEX
 
 
 # ---------------------------------------------------------------------------------------

@@ -370,6 +370,22 @@ def node_exec(
     )
 
 
+def write_file(
+    node: Node, path: str, data: bytes, mode: int, owner: tuple[int, int] = (0, 0)
+) -> None:
+    """Write ``path`` inside the running ``node`` (through its root, renamed into place)."""
+    pid = init_pid(node)
+    if pid is None:
+        raise TestbedError(f"{node.name} is not running")
+    dest = Path(f"/proc/{pid}/root") / path.lstrip("/")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.gftb")
+    tmp.write_bytes(data)
+    os.chown(tmp, *owner)
+    tmp.chmod(mode)
+    tmp.replace(dest)
+
+
 def boot(node: Node) -> int:
     for cg in _cgroup_dirs(node):
         cg.mkdir(exist_ok=True)
@@ -408,9 +424,11 @@ def boot(node: Node) -> int:
         raise TestbedError(f"{node.name}: systemd did not start; read {node.run_dir / 'boot.log'}")
     pid = init_pid(node)
     if pid is None:
+        log.flush()
+        tail = (node.run_dir / "boot.log").read_text(errors="replace").splitlines()[-15:]
         raise TestbedError(
             f"{node.name}: the node launcher exited ({proc.poll()}) before systemd started; "
-            f"read {node.run_dir / 'boot.log'}"
+            f"the end of {node.run_dir / 'boot.log'}:\n" + "\n".join(tail)
         )
     return pid
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from .config import ElRelease, Node
+from .config import NODE_TEXTFILE_DIR, ElRelease, Node
 
 # ---------------------------------------------------------------------------------------
 # EL identity of a node
@@ -906,9 +906,24 @@ class MirrorInfo:
     bridge_address: str
     cidr: str
     slurm: bool = False  # Slurm runs on the nodes (tbctl.slurm)
+    torch_wheels: str = "cpu"  # cpu: torch's CPU build; cuda: PyPI's real CUDA build
+    monitor: bool = False  # node_exporter and Prometheus run (tbctl.monitor)
 
 
-def inventory_hosts(nodes: list[Node], key_file: str, known_hosts_file: str) -> dict[str, Any]:
+def wheelhouse_host_vars(url: str) -> dict[str, Any]:
+    """TORCH_WHEELS=cuda: the last node takes torch from a find-links wheelhouse with no
+    index (the CUDA index's files page), as an air-gapped site with `pip download` output
+    would."""
+    return {
+        "gpufleet_torch_source": "wheelhouse",
+        "gpufleet_pip_index_url": "",
+        "gpufleet_pip_find_links": [f"{url}/pypi-cuda/files/"],
+    }
+
+
+def inventory_hosts(
+    nodes: list[Node], key_file: str, known_hosts_file: str, wheelhouse_url: str = ""
+) -> dict[str, Any]:
     hosts = {}
     for n in nodes:
         hosts[n.name] = {
@@ -920,6 +935,11 @@ def inventory_hosts(nodes: list[Node], key_file: str, known_hosts_file: str) -> 
             "testbed_el_major": n.release.major,
             **(hgx_host_vars(n.hgx) if n.hgx else {}),
             **({"testbed_gpu": True} if n.gpu else {}),
+            **(
+                wheelhouse_host_vars(wheelhouse_url)
+                if wheelhouse_url and n is nodes[-1] and len(nodes) > 1
+                else {}
+            ),
         }
     return {
         "all": {
@@ -943,9 +963,15 @@ def inventory_group_vars(m: MirrorInfo) -> dict[str, Any]:
         "gpufleet_allow_no_gpu": True,
         "gpufleet_require_gpu": False,
         "gpufleet_cluster_cidr": m.cidr,
-        # image-baking: the driver/toolkit stand-ins get installed, torch is the CPU build
+        # image-baking: the driver/toolkit stand-ins get installed; torch is the CPU build
+        # (labelled +cpu in the wheelhouse, as on the PyTorch index), or with
+        # TORCH_WHEELS=cuda PyPI's real cu130 build from a PyPI-layout index (auto: pypi)
         "gpufleet_cuda_variant": "cu130",
-        "torch_env_wheel_variant": "cpu",
+        **(
+            {"torch_env_wheel_variant": "cpu", "gpufleet_torch_source": "pytorch-index"}
+            if m.torch_wheels == "cpu"
+            else {}
+        ),
         "torch_env_manager": "venv",
         "torch_env_python": "/usr/bin/python3.11",
         # -- mirrors (all served by the testbed on the bridge address) -------------
@@ -958,7 +984,9 @@ def inventory_group_vars(m: MirrorInfo) -> dict[str, Any]:
         "gpufleet_base_repo_baseurl": f"{m.url}/base/{{{{ testbed_el_major }}}}",
         "gpufleet_base_repo_gpgkey_url": f"{m.url}/keys/RPM-GPG-KEY-gpufleet-testbed",
         "gpufleet_base_repo_gpgkey_fingerprint": m.fingerprint,
-        "gpufleet_pip_index_url": f"{m.url}/pypi/simple/",
+        "gpufleet_pip_index_url": (
+            f"{m.url}/pypi/simple/" if m.torch_wheels == "cpu" else f"{m.url}/pypi-cuda/simple/"
+        ),
         "gpufleet_pip_trusted_hosts": [m.bridge_address],
         "nvidia_driver_manage_crb": False,
         # The nodes are Debian root filesystems without SELinux (docs/testbed.md); on a
@@ -973,6 +1001,18 @@ def inventory_group_vars(m: MirrorInfo) -> dict[str, Any]:
                 "slurm_health_interval": 15,
             }
             if m.slurm
+            else {}
+        ),
+        # -- the site's monitoring, when the testbed runs it (testbed-up --monitor): the
+        # health timer writes into the textfile directory of Debian's node_exporter, every
+        # 15 s (docs/monitoring.md)
+        **(
+            {
+                "gpufleet_health_timer": True,
+                "gpufleet_health_textfile_dir": NODE_TEXTFILE_DIR,
+                "health_timer_interval": "15s",
+            }
+            if m.monitor
             else {}
         ),
     }
@@ -990,6 +1030,7 @@ GROUP_VARS_HEADER = """\
 #   epel/{{8,9,10}}/              dkms, epel-release
 #   base/{{8,9,10}}/              kernel-devel(-matched), kernel-headers, gcc-c++, markers
 #   pypi/simple/                PEP 503 index: torch 2.13.0 CPU, deps, gpufleet wheel
+#   pypi-cuda/simple/, files/   TORCH_WHEELS=cuda: PyPI's CUDA build (PyPI layout), find-links page
 # Every RPM and every repomd.xml is signed with the testbed key
 #   {fpr}
 # conda channels are not reachable here: the testbed uses torch_env_manager: venv.
@@ -1006,12 +1047,16 @@ def group_vars_text(m: MirrorInfo) -> str:
     )
 
 
-def hosts_text(nodes: list[Node], key_file: str, known_hosts_file: str) -> str:
+def hosts_text(
+    nodes: list[Node], key_file: str, known_hosts_file: str, wheelhouse_url: str = ""
+) -> str:
     head = (
         "# yamllint disable-file\n---\n"
         "# Written by `make testbed-up`: the simulated EL cluster (one netns per node).\n"
     )
     body = yaml.safe_dump(
-        inventory_hosts(nodes, key_file, known_hosts_file), sort_keys=False, width=72
+        inventory_hosts(nodes, key_file, known_hosts_file, wheelhouse_url),
+        sort_keys=False,
+        width=72,
     )
     return head + body

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from .config import RUN_DIR, Node
-from .nodes import init_pid, node_exec
+from .nodes import init_pid, node_exec, write_file
 from .sh import TestbedError, say, wait_for
 
 SLURM_DIR = RUN_DIR / "slurm"
@@ -101,21 +101,6 @@ def _munge_ids(root: Path) -> tuple[int, int]:
     raise TestbedError("the base rootfs has no munge user; run `make testbed-clean` then up")
 
 
-def _write_in(
-    node: Node, path: str, data: bytes, mode: int, owner: tuple[int, int] = (0, 0)
-) -> None:
-    pid = init_pid(node)
-    if pid is None:
-        raise TestbedError(f"{node.name} is not running")
-    dest = Path(f"/proc/{pid}/root") / path.lstrip("/")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.gftb")
-    tmp.write_bytes(data)
-    os.chown(tmp, *owner)
-    tmp.chmod(mode)
-    tmp.replace(dest)
-
-
 def up(nodes: list[Node]) -> None:
     """Start Slurm on the running nodes (idempotent): key, config, firewall, daemons."""
     t0 = time.monotonic()
@@ -132,7 +117,7 @@ def up(nodes: list[Node]) -> None:
             raise TestbedError(f"{n.name} is not running; run `make testbed-up`")
         root = Path(f"/proc/{pid}/root")
         uid, gid = _munge_ids(root)
-        _write_in(n, "/etc/munge/munge.key", MUNGE_KEY.read_bytes(), 0o400, (uid, gid))
+        write_file(n, "/etc/munge/munge.key", MUNGE_KEY.read_bytes(), 0o400, (uid, gid))
         old = (
             (root / CONF_PATH.lstrip("/")).read_bytes()
             if (root / CONF_PATH.lstrip("/")).exists()
@@ -142,8 +127,8 @@ def up(nodes: list[Node]) -> None:
         kept = b"".join(
             line + b"\n" for line in old.splitlines() if line.startswith(b"HealthCheck")
         )
-        _write_in(n, CONF_PATH, conf + kept, 0o644)
-        _write_in(n, MUNGE_DROPIN[0], MUNGE_DROPIN[1].encode(), 0o644)
+        write_file(n, CONF_PATH, conf + kept, 0o644)
+        write_file(n, MUNGE_DROPIN[0], MUNGE_DROPIN[1].encode(), 0o644)
         node_exec(n, ["systemctl", "daemon-reload"], timeout=60)
         for argv in firewall_argv():
             node_exec(n, argv, check=True)

@@ -41,6 +41,7 @@ import dataclasses
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -50,6 +51,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testbed"))
+
+
+from tbctl import config as tbconfig
 
 from bench import scale_model as scale
 from bench.bench_cluster import CLUSTER_ONLY, _controller_cpu_s, _cpu_busy_s, need, say
@@ -162,10 +167,16 @@ def report_time(run_dir: Path) -> float | None:
     return took if r.returncode in (0, 1) else None
 
 
+#: extra verify arguments of every verify run (--ranks-per-node: -e verify_cpu_nproc=N)
+VERIFY_EXTRA: list[str] = []
+
+
 def verify_cluster(p: ScalePoint, d: Path, i: int) -> None:
     names = _node_names(p.nodes)
     rid = f"scale-n{p.nodes}-{i}-{time.strftime('%H%M%S')}"
-    r, busy, ctl = _timed(lambda: verify(rid, *CLUSTER_ONLY, log=d / f"verify-cluster-{i}.log"))
+    r, busy, ctl = _timed(
+        lambda: verify(rid, *CLUSTER_ONLY, *VERIFY_EXTRA, log=d / f"verify-cluster-{i}.log")
+    )
     need(r.rc == 0, "make verify (cluster step) failed", r)
     run_dir = REPO / "reports" / rid
     files, size, biggest = report_size(run_dir, p.nodes)
@@ -202,6 +213,7 @@ def localise_bad_node(p: ScalePoint, d: Path, timeout: int) -> None:
         rid,
         f"-e verify_python={BAD_PYTHON}",
         *CLUSTER_ONLY,
+        *VERIFY_EXTRA,
         f"-e verify_collective_timeout={timeout}",
         f"-e verify_rdzv_timeout={timeout}",
         timeout=3600,
@@ -232,22 +244,61 @@ def localise_bad_node(p: ScalePoint, d: Path, timeout: int) -> None:
     _add(p, bisect_wall_s=r.seconds, bisect_tasks=_tasks_per_node(r, names))
 
 
-def measure(n: int, out: Path, repeats: int, timeout: int) -> ScalePoint:
+def _mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _machine(p: ScalePoint) -> None:
+    """What the size costs the machine, after each phase: the controller's peak memory (the
+    largest finished child: ansible-playbook or a worker, getrusage ru_maxrss), the most memory
+    in use after a phase (MemTotal - MemAvailable, nodes and controller together) and the
+    testbed's disk (testbed/.state/run: the nodes' upper layers, mirror, logs)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    used = total - _mem_available()
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    p.info["controller_peak_rss_bytes"] = peak
+    p.info["machine_mem_used_max_bytes"] = max(
+        int(p.info.get("machine_mem_used_max_bytes", 0)), used
+    )
+    du = subprocess.run(
+        ["du", "-sb", str(tbconfig.RUN_DIR)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    if du:
+        p.info["testbed_run_dir_bytes"] = int(du[0])
+
+
+def measure(n: int, out: Path, repeats: int, timeout: int, persist: Any = None) -> ScalePoint:
     """Every phase at n nodes; a failing phase is recorded in p.errors (up or the first
-    provisioning failing skips the rest)."""
+    provisioning failing skips the rest). ``persist(p)`` runs after every phase, so an
+    interrupted run leaves what it measured."""
     p = ScalePoint(n)
     d = out / f"n{n}"
     d.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
 
     def phase(name: str, fn: Any) -> bool:
+        started = time.monotonic()
+        ok = True
         try:
             fn()
         except (Exception, SystemExit) as exc:
-            p.errors[name] = str(exc) or type(exc).__name__
+            # repository-relative: the record goes into docs/measurements/ as it is
+            p.errors[name] = (str(exc) or type(exc).__name__).replace(f"{REPO}/", "")
             say(f"[{n} nodes] {name} FAILED: {p.errors[name].splitlines()[0][:300]}")
-            return False
-        return True
+            ok = False
+        p.info.setdefault("phase_s", {})[name] = round(time.monotonic() - started, 1)
+        p.info["wall_s"] = round(time.monotonic() - t0, 1)
+        _machine(p)
+        if persist is not None:
+            persist(p)
+        say(
+            f"[{n} nodes] {name}: {'done' if ok else 'failed'} after "
+            f"{p.info['phase_s'][name]:.0f} s ({p.info['wall_s']:.0f} s at this size)"
+        )
+        return ok
 
     def up() -> None:
         say(f"[{n} nodes] make testbed-up NODES={n}")
@@ -392,6 +443,13 @@ def main() -> int:
         help="collective and rendezvous timeout of the localisation runs (s)",
     )
     ap.add_argument(
+        "--ranks-per-node",
+        type=int,
+        default=0,
+        help="CPU ranks per node of every verify run (-e verify_cpu_nproc; 0: verify's default "
+        "of 2). 1 at 32 nodes: 64 torch ranks would need more memory than this machine has",
+    )
+    ap.add_argument(
         "--render",
         type=Path,
         metavar="SCALE_JSON",
@@ -406,6 +464,10 @@ def main() -> int:
     nodes = parse_nodes(args.nodes)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
+    if args.ranks_per_node < 0:
+        ap.error("--ranks-per-node must be 0 (verify's default) or more")
+    if args.ranks_per_node:
+        VERIFY_EXTRA.append(f"-e verify_cpu_nproc={args.ranks_per_node}")
     if os.geteuid() != 0:
         raise SystemExit("bench-scale: the testbed needs root")
     out: Path = args.out
@@ -414,7 +476,9 @@ def main() -> int:
     meta: dict[str, Any] = {
         "schema": 1,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": f"make bench-scale SCALE_NODES={args.nodes} BENCH_REPEATS={args.repeats}",
+        "command": f"make bench-scale SCALE_NODES={args.nodes} BENCH_REPEATS={args.repeats}"
+        + (f" SCALE_RANKS={args.ranks_per_node}" if args.ranks_per_node else ""),
+        "ranks_per_node_asked": args.ranks_per_node or None,
         "argv": sys.argv,
         "host": {
             "machine": platform.machine(),
@@ -432,8 +496,13 @@ def main() -> int:
     need(make("wheel", timeout=600, log=out / "wheel.log").rc == 0, "make wheel failed")
     points: list[ScalePoint] = []
     md = ""
+
+    def persist(current: ScalePoint) -> None:
+        meta["wall_s"]["total"] = round(time.monotonic() - t0, 1)
+        write(out, results([*points, current], meta))
+
     for n in nodes:
-        points.append(measure(n, out, args.repeats, args.fault_timeout))
+        points.append(measure(n, out, args.repeats, args.fault_timeout, persist))
         meta["wall_s"][str(n)] = points[-1].info["wall_s"]
         meta["wall_s"]["total"] = round(time.monotonic() - t0, 1)
         md = write(out, results(points, meta))  # after every size: a later failure keeps it

@@ -10,14 +10,17 @@ pkg = {"name", "version", "release", "arch", "epoch", "provides": [...], "module
 "requires": [names installed with it, newest visible]}.
 Only what dnf_cli uses is implemented; anything else exits 64 so that a test notices.
 ``repoquery --repofrompath=ID,URL`` fails like dnf when ID is one of "repos" (a .repo file
-has it) or URL contains "unreachable".
+has it) or URL contains "unreachable"; so does a repository file in a directory that
+``--setopt=reposdir=...`` adds (the probes' private mirror files), and it records the file's
+options and mode in the state ("repo_files").
 ``--nogpgcheck`` or ``gpgcheck=0`` anywhere exits 99.
 
 ``dnf module info [--profile] NAME:STREAM`` prints the stream's artifacts (available packages
 of that module and stream) or its profiles (``modules[NAME]["profiles"][STREAM]``) the way
 dnf 4 does; ``repoquery --qf '%{name} %{version}'`` prints those two fields; ``rpm -q --qf
 FMT NAME`` formats %{NAME} and %{VERSION}. Called as ``systemctl`` it answers show,
-is-enabled, enable, start and restart for the units in ``$FAKE_UNIT_DIR`` (state "units").
+is-enabled, enable, start and restart for the units in ``$FAKE_UNIT_DIR`` (state "units":
+a service by its bare name, a timer by its full name).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ if TYPE_CHECKING:  # the state file's shape (the docstring above); nothing at ru
         keys: NotRequired[list[str]]  # armored keys rpm --import read
         repos: NotRequired[dict[str, bool]]  # repo id -> enabled (dnf repolist)
         units: NotRequired[dict[str, dict[str, bool]]]  # systemd unit -> {enabled, active}
+        repo_files: NotRequired[list[dict[str, str]]]  # the probes' private repository files
 
 
 STATE = os.environ["FAKE_PM_STATE"]
@@ -354,12 +358,42 @@ def dnf(args: list[str]) -> int:
     return 64
 
 
-def repofrompath_error(repos: dict[str, bool], opts: list[str]) -> bool:
-    """--repofrompath=ID,URL: like dnf, refuse an id a .repo file has; fail on 'unreachable'."""
+def _added_repos(opts: list[str]) -> list[tuple[str, str]]:
+    """(id, baseurl) of --repofrompath=ID,URL and of the .repo files of --setopt=reposdir
+    directories that are not the system's."""
+    out = []
     for a in opts:
-        if not a.startswith("--repofrompath="):
-            continue
-        rid, _, url = a.split("=", 1)[1].partition(",")
+        if a.startswith("--repofrompath="):
+            rid, _, url = a.split("=", 1)[1].partition(",")
+            out.append((rid, url))
+        elif a.startswith("--setopt=reposdir="):
+            for d in a.split("=", 2)[2].split(","):
+                if d.startswith("/etc/") or not os.path.isdir(d):
+                    continue
+                for name in sorted(os.listdir(d)):
+                    path = os.path.join(d, name)
+                    with open(path, encoding="utf-8") as fh:
+                        text = fh.read()
+                    rid_m = re.search(r"^\[(.+)\]$", text, re.M)
+                    url_m = re.search(r"^baseurl=(.*)$", text, re.M)
+                    record_repo_file(path, text)
+                    out.append((rid_m.group(1) if rid_m else "?", url_m.group(1) if url_m else ""))
+    return out
+
+
+def record_repo_file(path: str, text: str) -> None:
+    """What a probe's private repository file held, for the test to read."""
+    state = load()
+    state.setdefault("repo_files", []).append(
+        {"mode": oct(os.stat(path).st_mode & 0o777), "text": text}
+    )
+    save(state)
+
+
+def repofrompath_error(repos: dict[str, bool], opts: list[str]) -> bool:
+    """A repository added on the command line: like dnf, refuse an id a .repo file has;
+    fail on 'unreachable'."""
+    for rid, url in _added_repos(opts):
         if rid in repos:
             print(
                 f"Error: Repository '{rid}' is listed more than once in the configuration",
@@ -403,16 +437,18 @@ def systemctl(args: list[str]) -> int:
     if not words:
         save(state)
         return 0
-    cmd, unit = words[0], (words[1] if len(words) > 1 else "").removesuffix(".service")
+    cmd, name = words[0], (words[1] if len(words) > 1 else "")
+    full = name if name.endswith((".service", ".timer")) else f"{name}.service"
+    unit = full.removesuffix(".service")  # the state's key: a service by its bare name
     present = os.path.exists(os.path.join(os.environ.get("FAKE_UNIT_DIR", "/nonexistent"),
-                                          f"{unit}.service"))  # fmt: skip
+                                          full))  # fmt: skip
     u = units.setdefault(unit, {"enabled": False, "active": False}) if present else None
     rc = 0
     if cmd == "show":
         if u is None:
-            print(f"Id={unit}.service\nLoadState=not-found\nActiveState=inactive")
+            print(f"Id={full}\nLoadState=not-found\nActiveState=inactive")
         else:
-            print(f"Id={unit}.service\nLoadState=loaded\n"
+            print(f"Id={full}\nLoadState=loaded\n"
                   f"ActiveState={'active' if u['active'] else 'inactive'}")  # fmt: skip
     elif cmd == "is-enabled":
         print("enabled" if u and u["enabled"] else "disabled")
@@ -425,7 +461,10 @@ def systemctl(args: list[str]) -> int:
             u["enabled"] = cmd == "enable"
         else:
             u["active"] = cmd != "stop"
-    elif cmd in ("daemon-reload", "is-active"):
+    elif cmd == "is-active":
+        print("active" if u and u["active"] else "inactive")
+        rc = 0 if u and u["active"] else 3
+    elif cmd == "daemon-reload":
         rc = 0
     else:
         rc = 64

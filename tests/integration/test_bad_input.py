@@ -55,9 +55,12 @@ OUTCOMES = "bad-input-outcomes"
 CLASSES = {
     "inventory": "the inventory as a whole: hosts, addresses, master, network, port, play settings",
     "versions": "torch, wheel variant and Python versions no node can take",
+    "torch-source": "a torch source that cannot work, a lock that cannot be read or is not of the plan",
+    "credentials": "credentials in a mirror URL that cannot be kept secret or sent safely",
     "types-and-choices": "a value of the wrong type, or not one of a variable's choices",
     "ranges": "counts, timeouts, ports and sizes outside their range",
     "slurm": "Slurm names, GRES and the health check's files",
+    "monitoring": "the health timer's interval, node_exporter's textfile directory, the drain threshold",
     "rendered-files": "newlines and control characters in values rendered into files",
     "ownership": "system directories, accounts and groups gpufleet would take over",
     "security": "wide firewall sources, foreign zones, loader variables, package options, keys",

@@ -42,6 +42,7 @@ from testbed_lib import (
     node_sh,
     playbook,
     processes,
+    slowed_compute,
     summary,
     tbctl,
     throttle,
@@ -58,6 +59,8 @@ pytestmark = [
 
 sys.path.insert(0, str(REPO / "testbed"))
 from tbctl import config, mirror, render  # noqa: E402
+
+from browser_lib import check_report_page, chromium_missing  # noqa: E402
 
 OUT = REPO / "reports" / "faults"
 RESULTS: dict[str, dict[str, object]] = {}
@@ -161,7 +164,7 @@ def test_provision_killed_mid_run_converges_on_rerun(cluster: list[config.Node])
     further run changes nothing."""
     for n in cluster:  # a reused testbed is provisioned already: make the torch step real
         node_sh(n, "rm -rf /opt/gpufleet/env /etc/gpufleet/manifest.json")
-    marker = "TASK [torch_env : Install torch 2."
+    marker = "TASK [torch_env : Install torch from the source the site configured"
 
     def kill_soon(line: str, _elapsed: float) -> float | None:
         return 4.0 if line.startswith(marker) else None
@@ -406,7 +409,66 @@ def test_throttled_link_names_that_node_slow(cluster: list[config.Node]) -> None
     assert found["ratio"] < 0.33, found
     md = (REPO / "reports" / slow_id / "summary.md").read_text()
     assert "| node3 | pair_busbw |" in md.split("## Slow nodes")[1], md[-3000:]
-    assert (REPO / "reports" / slow_id / "pairs.png").is_file()
+    page = (REPO / "reports" / slow_id / "index.html").read_text()
+    assert 'class="heatmap"' in page and 'data-node="node3"' in page, "heatmap, node3's card"
+    # the page as a person opens it: its first screen names node3 and why
+    why = chromium_missing()
+    assert not why, f"the page check needs chromium (make faults installs it): {why}"
+    shown = check_report_page(REPO / "reports" / slow_id, OUT / "throttled-page")
+    first = " ".join(shown.first_screen.split())
+    assert "node3" in first and "pair_busbw" in first, first[:1500]
+    record("throttled_link_page", first_screen=first[:600])
+
+
+def test_slowed_compute_names_that_node_slow_by_its_compute_figure(
+    cluster: list[config.Node],
+) -> None:
+    """node3's compute process (gpufleet compute) runs 5 % of the time, stopped and continued
+    by signals (testbed_lib.slowed_compute), as a GPU throttled to a fraction of its siblings:
+    the report names node3 slow by compute_tflops, with its ratio, and nobody else; the same
+    run without the limit names nobody. Nothing else on node3 is slowed: the compute figure names it alone
+    (issue 40)."""
+    node3 = by_name("node3")
+    # the steps across nodes are off (compute is per node): the pair sweep and training as
+    # before, and the cluster collectives, which cost CI a minute; the smoke suite too (its
+    # local all-reduce is test_throttled_link's matter), which cost CI 50 s over both runs
+    args = (
+        "-e verify_run_train=false", "-e verify_pair_sweep=false",
+        "-e verify_run_cluster=false", "-e verify_collectives=false",
+        "-e verify_run_smoke=false",
+    )  # fmt: skip
+    ok_id = run_id("compute-healthy")
+    ok = verify(ok_id, *args, log=OUT / "compute-healthy-verify.log", timeout=900)
+    assert ok.rc == 0, ok.tail()
+    healthy = summary(ok_id)
+    assert healthy["slow_nodes"] == [], healthy["slow_nodes"]
+    figures = {n["node"]: n["tflops"] for n in healthy["compute"]["nodes"]}
+    assert sorted(figures) == ["node1", "node2", "node3"] and all(figures.values()), figures
+    slow_id = run_id("compute-slowed")
+    with slowed_compute(node3, share=0.05) as slowed:
+        ver = verify(slow_id, *args, log=OUT / "compute-slowed-verify.log", timeout=900)
+    s = summary(slow_id)
+    named = [(f["node"], f["figure"]) for f in s["slow_nodes"]]
+    record(
+        "slowed_compute",
+        healthy_tflops=figures,
+        slowed_tflops={n["node"]: n["tflops"] for n in s["compute"]["nodes"]},
+        held_pids=len(slowed.moved),
+        held_at_age_s=slowed.moved_at_age_s,
+        stop_cycles=slowed.cycles,
+        stopped_s=slowed.stopped_s,
+        named=named,
+        ratio=[f["ratio"] for f in s["slow_nodes"]],
+        verify_s=round(ver.seconds, 1),
+    )
+    assert slowed.moved, "no gpufleet compute process of node3 was seen (nothing was slowed)"
+    # the fault itself, before what the report made of it: node3's compute was held back
+    assert slowed.cycles > 0 and slowed.stopped_s > 1, f"node3 was never held back: {slowed}"
+    assert named == [("node3", "compute_tflops")], named
+    assert s["slow_nodes"][0]["ratio"] < 0.2 and s["slow_nodes"][0]["verdict"] == "warn"
+    assert ver.rc == 0, ver.tail()  # a warning: the run still passes
+    md = (REPO / "reports" / slow_id / "summary.md").read_text()
+    assert "| node3 | compute_tflops |" in md.split("## Slow nodes")[1], md[-3000:]
 
 
 def test_link_cut_during_allreduce(cluster: list[config.Node]) -> None:

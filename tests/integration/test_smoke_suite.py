@@ -126,3 +126,34 @@ def test_bandwidth_rows_follow_nccl_tests(suite: dict[str, Any]) -> None:
 def test_junit_matches_the_json(suite: dict[str, Any]) -> None:
     cases = list(suite["_junit"].iter("testcase"))
     assert len(cases) == len(suite["records"])
+
+
+def test_a_failed_smoke_test_is_reproduced_by_the_report_s_command(
+    repo_root: Path, tmp_path: Path
+) -> None:
+    """The bandwidth gate failed (an impossible --busbw-min): the reproducer the report derives
+    from smoke.json's meta.rerun reruns that one test, with the same options, and it fails
+    again."""
+    from gpufleet import report
+    from gpufleet.results import load_result_file
+
+    env = dict(os.environ, PYTHONPATH=str(repo_root / "src"))
+    run = tmp_path / "reports" / "r"
+    argv = [sys.executable, "-m", "pytest", str(repo_root / "smoke_tests"), "-p",
+            "no:cacheprovider", f"--gpufleet-json={run / 'n1' / 'smoke.json'}",
+            "--node=n1", "--cpu-nproc=2", "--busbw-min=1000000", "-k", "allreduce_bandwidth"]  # fmt: skip
+    first = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env,
+                           cwd=tmp_path, check=False)  # fmt: skip
+    assert first.returncode == 1, first.stdout[-3000:]
+    (run / "run.json").write_text(json.dumps({"run_id": "r", "nodes": ["n1"]}))
+    data = report.to_json(report.collect(run))
+    (failed,) = [r for r in data["nodes"]["n1"]["records"] if r["status"] == "fail"]
+    assert failed["name"] == "test_allreduce_bandwidth"
+    how = failed["reproduce"]
+    assert how["where"] == "n1" and "test_allreduce.py::test_allreduce_bandwidth" in how["command"]
+    again = tmp_path / "again.json"
+    proc = subprocess.run(["bash", "-c", f"{how['command']} --gpufleet-json={again}"],
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    (only,) = [r for r in load_result_file(again).records if r.name.startswith("test_")]
+    assert (only.name, only.status) == ("test_allreduce_bandwidth", "fail")

@@ -39,10 +39,14 @@ def test_two_nodes_all_reduce_and_report(repo_root: Path, tmp_path: Path) -> Non
     stale = _lock(tmp_path, "n1", "dead-run", age_s=3 * 3600)  # its run died hours ago
     rc, out, summary, run = _play(repo_root, tmp_path)
     assert rc == 0, out[-5000:]
+    info = json.loads((run / "run.json").read_text())
+    # what the report compares runs by (gpufleet.report.changes): the inventory, the time
+    assert info["inventory"] == [str(tmp_path / "hosts.yml")], info["inventory"]
+    assert info["finished"].endswith("Z") and summary["changes"]["previous"] is None
     assert "taken over from run dead-run" in out
     assert not stale.exists() and not (tmp_path / "work" / ".lock.n2").exists(), "locks released"
     assert summary["status"] == "pass"
-    for name in ("summary.json", "summary.md", "bandwidth.png", "run.json"):
+    for name in ("summary.json", "summary.md", "index.html", "junit.xml", "run.json"):
         assert (run / name).is_file(), name
     assert (run.parent / "latest").resolve() == run.resolve()
     for node in ("n1", "n2"):
@@ -51,13 +55,35 @@ def test_two_nodes_all_reduce_and_report(repo_root: Path, tmp_path: Path) -> Non
     assert summary["busbw_factors"] == {"4": 1.5}
     rows = summary["bandwidth"]
     assert rows, "no bandwidth rows"
+    # nccl-tests' factor of each collective at n = 4: all_reduce 2(n-1)/n, all_gather,
+    # reduce_scatter, alltoall (n-1)/n, broadcast and sendrecv 1
+    factor = {
+        "all_reduce": 1.5,
+        "all_gather": 0.75,
+        "reduce_scatter": 0.75,
+        "alltoall": 0.75,
+        "broadcast": 1.0,
+        "sendrecv": 1.0,
+    }
+    assert {r["op"] for r in rows} == set(factor), {r["op"] for r in rows}
     for r in rows:
         assert r["world_size"] == 4
-        assert r["busbw"] == pytest.approx(r["algbw"] * 1.5, rel=1e-3)  # 2(n-1)/n, n=4
+        assert r["busbw"] == pytest.approx(r["algbw"] * factor[r["op"]], rel=1e-3), r
+    assert summary["busbw_factors_by_op"]["alltoall"] == {"4": 0.75}
     meta = json.loads((run / "n1" / "allreduce.json").read_text())["meta"]
     assert meta["nnodes"] == 2
     assert {x["rank"] for x in meta["ranks"]} == {0, 1, 2, 3}
     assert "PASS" in out
+    # issue 40 on the CPU: the standard tier, compute per node, every collective, SDC, IB
+    assert summary["tier"]["name"] == "standard" and summary["tier"]["within"] is True
+    assert [n["node"] for n in summary["compute"]["nodes"]] == ["n1", "n2"]
+    assert all(n["tflops"] > 0 for n in summary["compute"]["nodes"]), summary["compute"]
+    ops = {o["op"]: o["status"] for o in summary["collectives"]["ops"]}
+    assert set(ops) == set(factor) - {"all_reduce"} and set(ops.values()) <= {"pass", "skip"}, ops
+    (group,) = summary["sdc"]["groups"]
+    assert group["nodes"] == ["n1", "n2"] and group["mismatches"] == [], group
+    assert {p["status"] for p in summary["ib"]["ports"]} == {"skip"}, summary["ib"]
+    assert info["expect"]["compute"] == ["n1", "n2"] and info["expect"]["ibbw"] == ["n1", "n2"]
     files = [json.loads(f.read_text()) for f in run.glob("n*/*.json")]
     assert files and {f.get("run_id") for f in files} == {"t1"}, "every node file names its run"
     # the same run id again: refused before anything runs, the report of t1 untouched
@@ -92,6 +118,57 @@ def test_a_limited_run_verifies_the_nodes_it_targets(tmp_path: Path) -> None:
     assert sorted(p.name for p in run.iterdir() if p.is_dir()) == ["n2", "n3"]
     meta = json.loads((run / "n2" / "allreduce.json").read_text())["meta"]
     assert meta["nnodes"] == 2 and {x["rank"] for x in meta["ranks"]} == {0, 1, 2, 3}
+
+
+def test_the_quick_tier_runs_no_cluster_step_and_says_its_budget(tmp_path: Path) -> None:
+    """TIER=quick (verify_tier quick): the node checks and compute per device only, no
+    pre-check and no cluster launch; the report names the tier and its 60 s budget."""
+    inv = write_inventory(tmp_path)
+    rc, out = run_playbook("verify.yml", inv, "-e", "verify_run_id=tq", "-e", "verify_tier=quick")
+    run = tmp_path / "rep" / "tq"
+    assert rc == 0, out[-5000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["tier"]["name"] == "quick" and summary["tier"]["budget_s"] == 60, summary["tier"]
+    assert isinstance(summary["tier"]["elapsed_s"], float)
+    for node in ("n1", "n2"):
+        kinds = sorted(p.stem for p in (run / node).glob("*.json"))
+        assert kinds == ["checks", "compute"], (node, kinds)
+    assert "tier <b>quick</b>" in (run / "index.html").read_text()
+
+
+def test_the_burnin_tier_holds_the_devices_and_reports_samples(tmp_path: Path) -> None:
+    """TIER=burnin DURATION=4s without the cluster steps (verify_run_cluster false): each node's
+    burnin.json holds its matmul intervals, the verdicts (no NVML on the CPU: the throttle
+    check says so) and the report's burn-in section."""
+    inv = write_inventory(tmp_path)
+    rc, out = run_playbook(
+        "verify.yml",
+        inv,
+        "-e",
+        "verify_run_id=tb",
+        "-e",
+        "verify_tier=burnin",
+        "-e",
+        "verify_burnin_duration=4s",
+        "-e",
+        "verify_run_cluster=false",
+    )
+    run = tmp_path / "rep" / "tb"
+    assert rc == 0, out[-5000:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["tier"]["name"] == "burnin" and summary["tier"]["duration_s"] == 4
+    nodes = {n["node"]: n for n in summary["burnin"]["nodes"]}
+    assert sorted(nodes) == ["n1", "n2"], summary["burnin"]
+    for node, n in nodes.items():
+        (dev,) = n["devices"]
+        assert dev["device"] == "cpu" and dev["intervals"] >= 2, (node, dev)
+        names = {
+            r["name"]: r for r in json.loads((run / node / "burnin.json").read_text())["records"]
+        }
+        assert names["burnin_compute_drop"]["status"] in ("pass", "fail")
+        assert names["burnin_throttle"]["status"] == "skip", names["burnin_throttle"]
+        assert "the CPU has no NVML" in names["burnin_throttle"]["message"]
+    assert "## Burn-in" in (run / "summary.md").read_text()
 
 
 def test_a_node_held_by_another_run_is_named_and_nothing_starts(

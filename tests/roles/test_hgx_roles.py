@@ -358,8 +358,9 @@ def preflight_outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, An
                         "name": f"{cid} ok",
                         "ansible.builtin.set_fact": {
                             "r": "{{ r | combine({'" + cid + "': {'ok': gpufleet_fabric, "
-                            "'calls': (lookup('file', '" + str(state) + "') | from_json).calls"
-                            "}}) }}"
+                            "'calls': (lookup('file', '" + str(state) + "') | from_json).calls, "
+                            "'repo_files': (lookup('file', '" + str(state) + "') | from_json)"
+                            ".repo_files | default([])}}) }}"
                         },
                     },
                 ],
@@ -409,7 +410,13 @@ def test_preflight_sets_the_fabric_fact(preflight_outcomes: dict[str, Any]) -> N
     # the probe used a repository id of its own, limited to it
     info = [c for c in h100["calls"] if c[:1] == ["dnf"] and "info" in c]
     assert info and all("--repo=gpufleet-cuda-probe" in c for c in info), info
-    assert any(a.startswith("--repofrompath=gpufleet-cuda-probe,http") for a in info[0])
+    # the mirror reaches dnf as a private repository file (never on its command line)
+    assert any(a.startswith("--setopt=reposdir=") for a in info[0]), info[0]
+    files = h100["repo_files"]
+    assert files and all(f["mode"] == "0o600" for f in files), files
+    assert files[0]["text"].startswith(
+        "[gpufleet-cuda-probe]\nname=gpufleet-cuda-probe\nbaseurl=http"
+    )
     pcie = preflight_outcomes["pcie_no_probe"]
     assert pcie["ok"]["fabricmanager"] is False
     assert not [c for c in pcie["calls"] if "info" in c]  # an unreachable URL is never asked

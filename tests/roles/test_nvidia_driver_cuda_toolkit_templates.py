@@ -33,6 +33,11 @@ REPO_CASES: dict[str, dict[str, Any]] = {
         "gpufleet_cuda_repo_gpgkey_url": "http://mirror.lan:8080/keys/testbed.asc",
         "gpufleet_cuda_repo_repo_gpgcheck": True,
     },
+    # a private mirror's URL as users paste it: the credentials leave the URLs
+    "el9_credentials": {
+        "gpufleet_target": {"el_major": 9, "repo_arch": "x86_64"},
+        "gpufleet_cuda_repo_baseurl": "https://site%40corp:s3cr%3At@mirror.lan/cuda/repos",
+    },
 }
 PROFILE_CASES: dict[str, dict[str, Any]] = {
     "default": {},
@@ -124,6 +129,16 @@ def test_repo_file_mirror_and_key_variables(rendered: Path) -> None:
     assert r["baseurl"] == "http://mirror.lan:8080/cuda/repos/rhel10/x86_64"
     assert r["gpgkey"] == "http://mirror.lan:8080/keys/testbed.asc"
     assert (r["gpgcheck"], r["repo_gpgcheck"]) == ("1", "1")
+
+
+@pytest.mark.ansible
+def test_repo_file_credentials_are_options_not_url_parts(rendered: Path) -> None:
+    r = _repo(rendered, "el9_credentials")
+    assert r["baseurl"] == "https://mirror.lan/cuda/repos/rhel9/x86_64"
+    assert (r["username"], r["password"]) == ("site@corp", "s3cr:t")  # percent-decoded
+    # the key is fetched with the credentials into a local file (signing_key.yml)
+    assert r["gpgkey"] == "file:///etc/pki/rpm-gpg/RPM-GPG-KEY-gpufleet-cuda"
+    assert "s3cr" not in r["baseurl"] + r["gpgkey"]
 
 
 @pytest.mark.ansible

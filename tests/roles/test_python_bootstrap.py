@@ -100,3 +100,47 @@ def test_el8_missing_interpreter_without_install_fails_naming_the_variable(
     assert "python_bootstrap_el8_interpreter" in res.stdout
     assert "python_bootstrap_install: true" in res.stdout
     assert not log.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.ansible
+def test_el8_install_from_a_mirror_with_credentials_keeps_them_off_command_lines(
+    tmp_path: Path,
+) -> None:
+    """The base mirror's URL carries credentials: dnf gets the mirror as a 0600 repository
+    file (username=/password=) from a script file, never on its command line; the output
+    (-vvv) holds no password; the node's directory and the controller's script are gone."""
+    bindir, log, interp, play = _setup(tmp_path)
+    seen = tmp_path / "repo-file"
+    (bindir / "dnf").write_text(
+        textwrap.dedent(f"""\
+        #!/bin/sh
+        echo "$*" >> {log}
+        for a in "$@"; do case "$a" in --setopt=reposdir=*) d=${{a##*,}};; esac; done
+        {{ stat -c %a "$d/gpufleet-base-bootstrap.repo"; cat "$d/gpufleet-base-bootstrap.repo"; }} > {seen}
+        echo "$d" >> {seen}.dir
+        ln -sf {sys.executable} {interp}; echo Complete!
+        """),
+        encoding="utf-8",
+    )
+    secret = "Pw-7c1b9e"
+    url = f"https://site:{secret}@mirror.lan/base/8"
+    env = {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
+    res = ansible_playbook(
+        play, "-vvv", "-e", f"gpufleet_base_repo_baseurl={url}",
+        "-e", "gpufleet_base_repo_gpgkey_url=https://mirror.lan/keys/base.asc",
+        env=env, interpreter=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:]
+    (call,) = log.read_text(encoding="utf-8").splitlines()
+    assert call.startswith("-y install --setopt=reposdir=/etc/yum.repos.d,") and call.endswith(
+        " python3.11"
+    )
+    text = seen.read_text(encoding="utf-8")
+    assert text.startswith("600\n[gpufleet-base-bootstrap]\n")
+    assert "baseurl=https://mirror.lan/base/8\n" in text
+    assert f"username=site\npassword={secret}\n" in text
+    assert "gpgcheck=1\ngpgkey=https://mirror.lan/keys/base.asc\n" in text
+    assert secret not in res.stdout + res.stderr, "the password in ansible-playbook -vvv output"
+    assert not Path((tmp_path / "repo-file.dir").read_text().strip()).exists()
+    assert not list(Path("/tmp").glob("ansible*.gpufleet-bootstrap.sh")), "controller script left"

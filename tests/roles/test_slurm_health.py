@@ -39,6 +39,7 @@ def play(tmp: Path, **role_vars: object) -> Path:
                         "slurm_health_python": sys.executable,
                         "slurm_health_wrapper": str(tmp / "sbin" / "gpufleet-healthcheck"),
                         "slurm_health_slurm_conf": str(tmp / "slurm" / "slurm.conf"),
+                        "gpufleet_health_textfile_dir": str(tmp / "textfile"),
                         **role_vars,
                     },
                     "roles": [{"role": "slurm_health"}],
@@ -82,7 +83,11 @@ def test_wrapper_installed_conf_left_alone_unless_asked(site: Path) -> None:
     wrapper = site / "sbin" / "gpufleet-healthcheck"
     assert wrapper.stat().st_mode & 0o777 == 0o755
     text = wrapper.read_text()
-    assert "--slurm --slurm-node gpu7 --timeout 30" in text
+    assert "--slurm --slurm-node gpu7 --drain-after 2 --timeout 30" in text
+    # the passes are counted in the state the timer (role health_timer) shares; a verdict
+    # holds three HealthCheckInterval periods (300 s)
+    assert f"--state {site}/state/health-state.json --valid-hours 0.25" in text
+    assert f"--textfile {site}/textfile/gpufleet.prom" in text
     assert (site / "slurm" / "slurm.conf").read_text() == SITE_CONF, "edited without being asked"
     said = " ".join(r.stdout.split())
     assert f"HealthCheckProgram={wrapper}; HealthCheckInterval=300" in said
@@ -94,6 +99,16 @@ def test_wrapper_installed_conf_left_alone_unless_asked(site: Path) -> None:
     assert (site / "scontrol.log").read_text().splitlines() == ["show node -o gpu7"]
     verdict = json.loads((site / "state" / "health.json").read_text())
     assert verdict["kind"] == "health" and verdict["meta"]["slurm"]["action"] == "none"
+    prom = (site / "textfile" / "gpufleet.prom").read_text()  # the same file as the timer's
+    assert "gpufleet_health_slurm_drained 0" in prom.splitlines()
+
+
+def test_no_textfile_when_the_directory_is_empty_and_drain_after_as_set(site: Path) -> None:
+    r = run(site, slurm_health_textfile_dir="", slurm_health_drain_after=1)
+    assert r.returncode == 0, r.stdout[-5000:]
+    text = (site / "sbin" / "gpufleet-healthcheck").read_text()
+    assert "--drain-after 1 " in text and "--textfile" not in text
+    assert not (site / "textfile").exists()
 
 
 def test_conf_written_when_asked_then_a_rerun_changes_nothing(site: Path) -> None:

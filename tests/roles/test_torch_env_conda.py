@@ -46,6 +46,7 @@ def conda_vars(workspace: Path, **over: Any) -> dict[str, Any]:
         "torch_env_miniforge_sha256": hashlib.sha256(INSTALLER.read_bytes()).hexdigest(),
         "torch_env_conda_channel_alias": "https://conda-mirror.lan/conda",
         "gpufleet_pip_index_url": LOCAL_INDEX,
+        "gpufleet_torch_source": "pytorch-index",  # the +cpu build, labelled (find-links)
         "gpufleet_pip_find_links": [str(TORCH_WHEELS)],
         "torch_env_packages": [],
         "torch_env_install_gpufleet": False,
@@ -88,3 +89,28 @@ def test_wrong_checksum_is_refused_before_anything_runs(workspace: Path) -> None
     assert result.returncode != 0
     assert "checksum" in output(result).lower()
     assert not (workspace / "other-miniforge" / "bin" / "conda").exists()
+
+
+def test_a_channel_alias_with_credentials_is_root_and_group_only(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conda mirror URL with user:password@ (docs/security.md, "Credentials"): .condarc
+    becomes 0640 (root and the env's group), and neither -v output nor the rest of the env
+    shows the password."""
+    monkeypatch.setenv("FAKE_CONDA_PYTHON", str(BASE_PYTHON))
+    secret = "cPw-51e0a7"
+    extra = conda_vars(
+        workspace, torch_env_conda_channel_alias=f"https://site:{secret}@conda-mirror.lan/conda"
+    )
+    run = run_roles(workspace, ["torch_env"], extra, timeout=600)
+    assert run.returncode == 0, output(run)[-5000:]
+    condarc = workspace / "miniforge" / ".condarc"
+    assert condarc.stat().st_mode & 0o777 == 0o640
+    assert secret in condarc.read_text(), "conda reads the alias from here"
+    assert secret not in output(run)
+    others = [
+        p
+        for p in (workspace / "env").rglob("*")
+        if p.is_file() and p.stat().st_mode & 0o004 and secret.encode() in p.read_bytes()
+    ]
+    assert others == [], others

@@ -77,6 +77,9 @@ def env_vars(workspace: Path, wheelhouse: Path, **over: Any) -> dict[str, Any]:
         "torch_env_group": "nogroup",
         "torch_env_create_owner": False,
         "gpufleet_pip_index_url": LOCAL_INDEX,
+        # the CPU build comes labelled (+cpu) from the local wheelhouse, as from the PyTorch
+        # index; LOCAL_INDEX alone would be taken for a PyPI mirror, which has no CPU build
+        "gpufleet_torch_source": "pytorch-index",
         "gpufleet_pip_find_links": [str(TORCH_WHEELS), str(wheelhouse)],
         "torch_env_gpufleet_wheel": str(next((workspace / "dist").glob("gpufleet-*.whl"))),
         **over,

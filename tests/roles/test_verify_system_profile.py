@@ -39,7 +39,11 @@ def test_the_shared_variable_is_a_string_defaulting_to_auto_without_a_list_of_na
 
 def test_verify_takes_it_from_the_shared_variable() -> None:
     spec = _spec("verify")["verify_system_profile"]
-    assert (spec["type"], spec["default"], "choices" in spec) == ("str", "auto", False)
+    assert (spec["type"], spec["default"], "choices" in spec) == (
+        "str",
+        "{{ gpufleet_system_profile }}",
+        False,
+    )
     assert _defaults("verify")["verify_system_profile"] == "{{ gpufleet_system_profile }}"
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet import results
 from gpufleet.results import (
     Record,
     ResultFile,
@@ -68,3 +69,25 @@ def test_a_stale_result_reads_as_incomplete_with_a_remedy() -> None:
 def test_a_result_without_valid_until_never_expires() -> None:
     old = _health(valid_until=None)
     assert read_as_of(old, T0 + timedelta(days=365)) is old
+
+
+def test_rerun_meta_keeps_the_options_and_drops_the_paths_and_output_files() -> None:
+    args = ["/s/checks", "-p", "no:cacheprovider", "--gpufleet-json=/r/checks.json",
+            "--junitxml", "/r/checks.xml", "--node=node2", "-c", "/s/checks/pytest.ini",
+            "--system-profile=auto"]  # fmt: skip
+    meta = results.rerun_meta(
+        python="/env/bin/python", cwd="/home/u", rootdir="/s/checks", args=args,
+        paths=["/s/checks"], env={"PYTHONPATH": "/src", "HOME": "/home/u"},
+        tests={"ecc_mode@0 (x)": "test_memory.py::test_ecc_mode[gpu0]"},
+    )  # fmt: skip
+    assert meta["options"] == ["-p", "no:cacheprovider", "--node=node2", "-c",
+                               "/s/checks/pytest.ini", "--system-profile=auto"]  # fmt: skip
+    assert meta["env"] == {"PYTHONPATH": "/src"}  # only what the suites read
+    assert meta["tests"] == {"ecc_mode@0 (x)": "test_memory.py::test_ecc_mode[gpu0]"}
+
+
+def test_record_key_tells_the_gpus_of_one_check_apart() -> None:
+    a = results.Record("ecc_mode", "warn", gpu="0 (00000000:18:00.0)")
+    b = results.Record("ecc_mode", "warn", gpu="1 (00000000:2A:00.0)")
+    assert results.record_key(a) != results.record_key(b)
+    assert results.record_key(results.Record("gpu_count", "fail")) == "gpu_count"

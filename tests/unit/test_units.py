@@ -1,4 +1,4 @@
-"""gpufleet.units: byte sizes and booleans as users write them."""
+"""gpufleet.units: byte sizes, booleans and systemd time spans as users write them."""
 
 from __future__ import annotations
 
@@ -52,3 +52,34 @@ def test_make_helper_prints_one_zero_or_nothing_and_refuses_typos() -> None:
 def test_sizes(text: str, size: int, human: str) -> None:
     assert units.parse_size(text) == size
     assert units.human_size(size) == human
+
+
+@pytest.mark.parametrize(
+    ("span", "seconds"),
+    [("300", 300), (300, 300), ("90s", 90), ("5min", 300), ("5 min", 300), ("1h 30min", 5400),
+     ("1.5h", 5400), ("2d", 172800), ("1w", 604800), ("250ms", 0.25), ("0", 0)],
+)  # fmt: skip
+def test_systemd_time_spans(span: object, seconds: float) -> None:
+    assert units.parse_timespan(span) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("span", ["", "soon", "5 mins", "1M", "-5s", "5min;", "5m x", True, None])
+def test_what_systemd_would_not_take_is_refused(span: object) -> None:
+    """Months and years (uneven lengths) and units systemd does not know ("mins") too."""
+    with pytest.raises(ValueError, match="systemd time span"):
+        units.parse_timespan(span)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("2m", 120), ("30m", 1800), ("45", 45), (" 1h ", 3600)]
+)
+def test_durations(text: str, seconds: int) -> None:
+    assert units.parse_duration(text, "DURATION") == seconds
+
+
+@pytest.mark.parametrize("text", ["2x", "0", "-1m", "8d", "1.5h", ""])
+def test_other_durations_are_refused_naming_the_variable(text: str) -> None:
+    with pytest.raises(
+        RefusedError, match=f"DURATION={text!r} is refused -> allowed: a whole number of seconds"
+    ):
+        units.parse_duration(text, "DURATION")

@@ -3,9 +3,10 @@
 ``mesh`` is what verify runs on every node, all at once: ``serve`` in a thread (ports bound
 before any connect), then ``connect`` to the rendezvous and the other nodes (a refused
 connection is retried until ``--start-window`` s after the start: that peer's listener may
-not be up yet), then the listener is kept until it has seen every expected peer or the
-peers' tries must be over (the start window plus ``--timeout`` x (``--retries`` + 1)),
-bounded by ``--duration``.
+not be up yet; with ``--started-file``, until ``--start-grace`` s after that file appears,
+which verify's controller creates once every node's mesh was started), then the listener
+is kept until it has seen every expected peer or the peers' tries must be over (the end
+of the window plus ``--timeout`` x (``--retries`` + 1)), bounded by ``--duration``.
 One process per node instead of a listener job, a probe and a stop (docs/performance.md).
 """
 
@@ -17,6 +18,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -96,7 +98,27 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
         type=argtypes.timeout_s,
         default=15.0,
         help="seconds within which every node's mesh starts: a refused connection is retried "
-        "until then (default 15)",
+        "until then (default 15); with --started-file, the most it can be",
+    )
+    m.add_argument(
+        "--ready-file",
+        default="",
+        help="create this file once the listeners are bound (verify's start of the mesh waits "
+        "for it: gpufleet.core.node_job ready_file)",
+    )
+    m.add_argument(
+        "--started-file",
+        default="",
+        help="a file whose appearance says every node's mesh has been started (verify: the "
+        "controller's wait for the job began, gpufleet.verify.detached_job): a refused "
+        "connection is then retried only --start-grace s more",
+    )
+    m.add_argument(
+        "--start-grace",
+        type=argtypes.timeout_s,
+        default=5.0,
+        help="seconds a refused connection is still retried after --started-file appears "
+        "(default 5; with --ready-file every listener was bound by then)",
     )
 
 
@@ -136,7 +158,7 @@ def _serve(
     return 1 if busy else 0
 
 
-def _connect(args: argparse.Namespace, up_until: float = 0.0) -> int:
+def _connect(args: argparse.Namespace, up_until: float | Callable[[], float] = 0.0) -> int:
     iface_problems: list[str] = []
     if args.env_file:
         env = netcfg.read_env_file(args.env_file)
@@ -161,6 +183,27 @@ def _connect(args: argparse.Namespace, up_until: float = 0.0) -> int:
     return 0 if all(r.ok for r in results) and not iface_problems else 1
 
 
+class StartWindow:
+    """Until when a refused connection is retried: the peers start without a barrier, each
+    whenever the controller's start reaches it. Without a started file, ``window`` s after
+    this node's start; with one, ``grace`` s after the file appeared (every peer has been
+    started by then, whatever the number of nodes and the controller's load), never past
+    ``window``. A node that dropped its file (an older controller) keeps the fixed window."""
+
+    def __init__(self, start: float, window: float, started_file: str, grace: float) -> None:
+        self.start, self.window, self.grace = start, window, grace
+        self.started_file = Path(started_file) if started_file else None
+        self.seen: float | None = None
+
+    def until(self) -> float:
+        cap = self.start + self.window
+        if self.started_file is None:
+            return cap
+        if self.seen is None and self.started_file.exists():
+            self.seen = time.monotonic()
+        return cap if self.seen is None else min(cap, self.seen + self.grace)
+
+
 def _mesh(args: argparse.Namespace) -> int:
     stop, ready = threading.Event(), threading.Event()
     box: dict[str, Any] = {}
@@ -174,14 +217,22 @@ def _mesh(args: argparse.Namespace) -> int:
             ready.set()
 
     start = time.monotonic()
+    window = StartWindow(start, args.start_window, args.started_file, args.start_grace)
     thread = threading.Thread(target=listener, name="probe-listener", daemon=True)
     thread.start()
     ready.wait(timeout=30)
+    if args.ready_file:  # the controller's start returns now: the next node's may begin
+        Path(args.ready_file).touch()
     # a peer whose listener is not up yet refuses: retried until the start window ends
-    rc = _connect(args, up_until=start + args.start_window)
-    # the peers started within the start window: their tries are over by then
-    last = start + args.start_window + args.timeout * (args.retries + 1)
-    thread.join(timeout=max(0.0, min(start + args.duration, last) - time.monotonic()))
+    rc = _connect(args, up_until=window.until)
+    # the peers' tries are over once the window has ended and their tries ran out: the
+    # listener is kept until then (the window can still move: asked again every half second)
+    tries = args.timeout * (args.retries + 1)
+    while thread.is_alive():
+        left = min(start + args.duration, window.until() + tries) - time.monotonic()
+        if left <= 0:
+            break
+        thread.join(timeout=min(left, 0.5))
     stop.set()
     thread.join(timeout=5)
     if "error" in box:

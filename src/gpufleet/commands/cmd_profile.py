@@ -6,8 +6,11 @@ with its source. ``diff`` reads this node (NVML, /sys/class/infiniband) or a rec
 (``--nvml-recording FILE``, from ``gpufleet nvml record --full``) and prints one finding
 per field that differs from the profile: ``--profile NAME`` (the host's
 ``gpufleet_system_profile``), default ``auto`` (detected from the GPUs' NVML product
-names). Exit 0 when nothing fails (warnings allowed), 1 when a finding fails or NVML is
-broken, 2 for an unknown profile or a node auto detection cannot place (set the profile)."""
+names). Both read a site's own profile files after the shipped ones with ``--profiles-dir
+DIR`` (the inventory's ``gpufleet_profiles_dir``; docs/profiles.md, "Site profiles"): a file
+that breaks a rule is refused (exit 2) naming the file and the field. Exit 0 when nothing
+fails (warnings allowed), 1 when a finding fails or NVML is broken, 2 for an unknown profile,
+a bad site file or a node auto detection cannot place (set the profile)."""
 
 # ruff: noqa: PLC0415  (NVML is imported lazily on purpose)
 
@@ -34,6 +37,7 @@ def register(sub: Any) -> None:
     s = p.add_subparsers(dest="profile_cmd", metavar="SUBCOMMAND", required=True)
     show = s.add_parser("show", help="list the profiles, or print one with its sources")
     show.add_argument("name", nargs="?", type=argtypes.text, help="profile name")
+    _site_option(show)
     show.set_defaults(func=run_show)
     d = s.add_parser("diff", help="diff this node (or a recording) against its profile")
     d.add_argument(
@@ -48,7 +52,25 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     d.add_argument("--json", type=argtypes.text, metavar="FILE", default=None,
                    help="also write the findings as a result file (kind profile)")  # fmt: skip
+    _site_option(d)
     d.set_defaults(func=run_diff)
+
+
+def _site_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--profiles-dir", type=argtypes.text, metavar="DIR", default=None,
+        help="a site's own profile files, read after the shipped ones (gpufleet_profiles_dir)",
+    )  # fmt: skip
+
+
+def _load(args: argparse.Namespace) -> dict[str, prof.Profile]:
+    """The shipped profiles and the site's (``--profiles-dir``); a bad site file is refused."""
+    try:
+        return prof.load_profiles(site_dir=args.profiles_dir or None)
+    except prof.ProfileFileError as exc:
+        if args.profiles_dir:
+            raise RefusedError(f"--profiles-dir {args.profiles_dir}: {exc}") from exc
+        raise
 
 
 # ------------------------------------------------------------------------------ show
@@ -63,7 +85,10 @@ def _value(fig: prof.Figure) -> str:
 
 
 def render_profile(p: prof.Profile) -> str:
-    lines = [f"{p.name}: {p.title}", f"  {p.summary}", f"  file: {p.path}", ""]
+    origin = (
+        f" (site, extends {p.extends})" if p.extends else " (site)" if p.origin == "site" else ""
+    )
+    lines = [f"{p.name}: {p.title}", f"  {p.summary}", f"  file: {p.path}{origin}", ""]
     for dotted, fig in p.figures.items():
         lines.append(f"  {dotted:34} {_value(fig)}")
         if fig.source:
@@ -76,7 +101,7 @@ def render_profile(p: prof.Profile) -> str:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    profiles = prof.load_profiles()
+    profiles = _load(args)
     if args.name:
         sys.stdout.write(render_profile(prof.lookup(args.name, profiles)))
         return 0
@@ -136,7 +161,7 @@ def run_diff(args: argparse.Namespace) -> int:
                 "/sys/class/infiniband: <hca>/ports/<n>/{state,phys_state,link_layer,rate})"
             )
         raw_ib = read_ib_sysfs(Path(args.ib_sysfs))
-    profiles = prof.load_profiles()
+    profiles = _load(args)
     profile = prof.select(args.profile, reading, profiles, pci_gpus)
     ports = None if raw_ib is None else ports_from_raw(raw_ib)
     records = prof.diff(profile, reading, ports, node=node)

@@ -1,9 +1,9 @@
 """``gpufleet report``: aggregate a verify run, or read torchrun's root cause of a log.
 
 gpufleet report summary reports/<run-id> [--run-info FILE|-] [--latest] [--no-plot] [--quiet]
-    summary.json, summary.md, bandwidth.png, junit.xml (one JUnit file for the cluster)
-    and the table; exit 1 when any record failed or could not finish (incomplete)
-    (docs/architecture.md). ``gpufleet report reports/<run-id>`` is the same.
+    summary.json, summary.md, index.html (the page: gpufleet.report.page), junit.xml (one
+    JUnit file for the cluster) and the table; exit 1 when any record failed or could not
+    finish (incomplete) (docs/architecture.md). ``gpufleet report reports/<run-id>`` is the same.
     --run-info writes the run's description (a JSON object: run.json) into the run folder
     first; ``-`` reads it from stdin (roles/verify passes it so, in the same step).
 gpufleet report root-cause LOG
@@ -11,7 +11,7 @@ gpufleet report root-cause LOG
     object ({} when the log has none); used by roles/verify.
 """
 
-# ruff: noqa: PLC0415  (jinja2/matplotlib are imported lazily on purpose)
+# ruff: noqa: PLC0415  (the report package and jinja2 are imported lazily on purpose)
 
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ def register(sub: Any) -> None:
     p = add_command(
         sub,
         "report",
-        "aggregate a verify run into summary.json/md, bandwidth.png and junit.xml",
+        "aggregate a verify run into summary.json/md, index.html and junit.xml",
         __doc__,
     )
     rsub = p.add_subparsers(dest="report_cmd", metavar="SUBCOMMAND", required=True)
     s = rsub.add_parser(
-        "summary", help="write summary.json/md, bandwidth.png, junit.xml; print the table"
+        "summary", help="write summary.json/md, index.html, junit.xml; print the table"
     )
     s.add_argument("run_dir", help="reports/<run-id>")
     s.add_argument(
@@ -43,7 +43,9 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="write this JSON object as RUN_DIR/run.json first ('-': stdin)",
     )
-    s.add_argument("--no-plot", action="store_true", help="skip bandwidth.png")
+    s.add_argument(
+        "--no-plot", action="store_true", help="index.html without its pictures (inline SVG)"
+    )
     s.add_argument("--latest", action="store_true", help="point reports/latest at RUN_DIR")
     s.add_argument("--quiet", action="store_true", help="no table on stdout")
     s.set_defaults(func=run_summary)
@@ -91,7 +93,7 @@ def run_summary(args: argparse.Namespace) -> int:
         update_latest(s.run_dir.resolve())
     if not args.quiet:
         print(table(s))
-        print(f"\nreport: {s.run_dir}/summary.md (summary.json, bandwidth.png, junit.xml)")
+        print(f"\nreport: {s.run_dir}/index.html (summary.md, summary.json, junit.xml)")
     return s.exit_code
 
 

@@ -39,6 +39,28 @@ def register(sub: Any) -> None:
         + " (default: the inventory's gpufleet_launcher; make verify LAUNCHER=)",
     )
     p.add_argument(
+        "--tier",
+        type=argtypes.tier,
+        default=None,
+        help="quick (a Slurm prolog: node checks, compute and SDC, at most 60 s per node), "
+        "standard (everything), burnin (standard, then every device busy for --duration); "
+        "default: the inventory's verify_tier, else standard (make verify TIER=)",
+    )
+    p.add_argument(
+        "--duration",
+        type=argtypes.duration,
+        default=None,
+        help="how long the burnin tier holds every device busy: 90s, 2m, 30m, 1h (default: "
+        "verify_burnin_duration, 30m; make verify DURATION=)",
+    )
+    p.add_argument(
+        "--profiles-dir",
+        type=argtypes.text,
+        default=None,
+        help="a directory of the site's own profile files, read after the shipped ones "
+        "(gpufleet_profiles_dir; docs/profiles.md, 'Site profiles'); checked before any change",
+    )
+    p.add_argument(
         "ansible_args", nargs="*", metavar="-- ANSIBLE_ARG", help="more ansible-playbook arguments"
     )
     p.set_defaults(func=run)
@@ -49,5 +71,19 @@ def run(args: argparse.Namespace) -> int:
     extra = list(args.ansible_args)
     if args.launcher:
         extra += ["-e", json.dumps({"gpufleet_launcher": args.launcher})]
+    extra += ["-e", json.dumps(extra_vars(args))] if extra_vars(args) else []
     out = verifyrun.run(repo, args.inventory, args.run_id, extra, args.lock_wait)
     return out.exit_code
+
+
+def extra_vars(args: argparse.Namespace) -> dict[str, Any]:
+    """The -e variables of --tier, --duration and --profiles-dir (only those given); the
+    profiles directory as an absolute path (the playbook runs in the checkout)."""
+    out: dict[str, Any] = {}
+    if args.tier:
+        out["verify_tier"] = args.tier
+    if args.duration:
+        out["verify_burnin_duration"] = f"{args.duration}s"
+    if args.profiles_dir:
+        out["gpufleet_profiles_dir"] = str(Path(args.profiles_dir).resolve())
+    return out

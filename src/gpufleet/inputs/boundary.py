@@ -58,12 +58,14 @@ from gpufleet.inputs.rules import (
     check_address_in,
     check_channel,
     check_driver_branch,
+    check_duration,
     check_env_key,
     check_env_value,
     check_fingerprint,
     check_gpu_arch,
     check_group,
     check_host_name,
+    check_matmul_shapes,
     check_named_file,
     check_network,
     check_owned_dir,
@@ -71,6 +73,7 @@ from gpufleet.inputs.rules import (
     check_package_name,
     check_package_spec,
     check_port,
+    check_profiles_dir,
     check_read_path,
     check_run_id,
     check_serial,
@@ -78,7 +81,9 @@ from gpufleet.inputs.rules import (
     check_slurm_gres,
     check_slurm_name,
     check_system_profile,
+    check_timespan,
     check_url,
+    check_write_dir,
     check_zone,
     is_single_line,
     known_driver_branches,
@@ -87,6 +92,7 @@ from gpufleet.inputs.rules import (
     single_line,
 )
 from gpufleet.inputs.value_rules import (
+    HTTPS_ONLY,
     RANGES,
     REAL_RANGES,
     RELATIONS,
@@ -140,12 +146,14 @@ __all__ = [
     "check_address_in",
     "check_channel",
     "check_driver_branch",
+    "check_duration",
     "check_env_key",
     "check_env_value",
     "check_fingerprint",
     "check_gpu_arch",
     "check_group",
     "check_host_name",
+    "check_matmul_shapes",
     "check_named_file",
     "check_network",
     "check_owned_dir",
@@ -153,6 +161,7 @@ __all__ = [
     "check_package_name",
     "check_package_spec",
     "check_port",
+    "check_profiles_dir",
     "check_read_path",
     "check_run_id",
     "check_serial",
@@ -160,7 +169,9 @@ __all__ = [
     "check_slurm_gres",
     "check_slurm_name",
     "check_system_profile",
+    "check_timespan",
     "check_url",
+    "check_write_dir",
     "check_zone",
     "cluster_network_problems",
     "input_problems",
@@ -277,7 +288,8 @@ def _trusted(values: Mapping[str, Any], var: str | None) -> list[str]:
 
 def _url(x: object, n: str, v: Mapping[str, Any], p: Mapping[str, Any]) -> object:
     trusted = _trusted(v, p.get("trusted_from"))
-    return check_url(x, n, trusted, p.get("allow_path", False), p.get("signed", False))
+    https_only = truthy(v.get(HTTPS_ONLY, True))
+    return check_url(x, n, trusted, p.get("allow_path", False), p.get("signed", False), https_only)
 
 
 def _range(x: object, n: str, _v: Mapping[str, Any], p: Mapping[str, Any]) -> float:
@@ -308,6 +320,8 @@ KINDS: dict[str, Kind] = {
     "owned_dir": _simple(check_owned_dir),
     "read_path": _simple(check_read_path),
     "abs_path": _simple(check_abs_path),
+    "write_dir": _simple(check_write_dir),
+    "timespan": lambda x, n, _v, p: check_timespan(x, n, p["lowest"], p["highest"]),
     "named_file": _simple(check_named_file),
     "channel": _simple(check_channel),
     "package_spec": _simple(check_package_spec),
@@ -318,7 +332,12 @@ KINDS: dict[str, Kind] = {
     "env_value": _simple(check_env_value),
     "driver_branch": _simple(check_driver_branch),
     "gpu_arch": _simple(check_gpu_arch),
-    "system_profile": _simple(check_system_profile),
+    "system_profile": lambda x, n, v, p: check_system_profile(
+        x, n, str(v.get(p.get("dir_from", ""), "") or "")
+    ),
+    "profiles_dir": _simple(check_profiles_dir),
+    "duration": _simple(check_duration),
+    "matmul_shapes": _simple(check_matmul_shapes),
     "run_id": _simple(check_run_id),
     "slurm_name": _simple(check_slurm_name),
     "slurm_gres": _simple(check_slurm_gres),

@@ -9,7 +9,10 @@ the value checks here, which need neither facts nor a connection to the node:
 - preflight: the formats of the three versions, then the planner for the versions alone
   (a torch release, variant or Python that no node can take is refused here, not after the
   driver was installed);
-- cluster_network: the cluster CIDR, the explicit address and the group of the nodes.
+- cluster_network: the cluster CIDR, the explicit address and the group of the nodes;
+- torch_env: the torch source (a wheelhouse needs find-links) and the lock (it exists on the
+  controller, reads as a lock, and is of the forced variant and the env's Python); whether
+  the source can serve the planned build needs the plan: preflight judges it.
 
 The same functions serve a role run alone (its ``tasks/check_inputs.yml``) and
 ``playbooks/check_inventory.yml``, which checks every role for every node in one task.
@@ -33,6 +36,8 @@ from gpufleet.inputs.boundary import Origin, Origins
 from gpufleet.inputs.value_rules import ROLE_VARS
 from gpufleet.planning import network as netcfg
 from gpufleet.planning import planner as planmod
+from gpufleet.planning import torch_lock as torchlock
+from gpufleet.planning import torch_source as torchsource
 
 _TORCH = re.compile(r"^[0-9]+[.][0-9]+[.][0-9]+$")
 _VARIANT = re.compile(r"^(cpu|cu[0-9]{3})$")
@@ -182,6 +187,64 @@ def cluster_network_problems(
     return problems
 
 
+def torch_env_problems(
+    values: Mapping[str, Any], host: str, origins: Origins | None = None
+) -> list[str]:
+    """The torch source settings and the lock file, as far as they can be judged without
+    the plan (preflight judges the rest:
+    :func:`gpufleet.provisioning.preflight_probe.torch_step`)."""
+
+    def name(var: str) -> str:
+        return boundary.written(var, origins)
+
+    problems = []
+    settings = torchsource.SourceSettings.from_mapping(
+        {
+            "source": values.get("torch_env_torch_source"),
+            "index_url": values.get("torch_env_pip_index_url"),
+            "find_links": values.get("torch_env_pip_find_links"),
+            "names": {
+                "source": name("torch_env_torch_source"),
+                "index_url": name("torch_env_pip_index_url"),
+                "find_links": name("torch_env_pip_find_links"),
+            },
+        }
+    )
+    try:
+        torchsource.source_kind(settings)
+    except RefusedError as exc:
+        problems.append(f"{host}: {exc}")
+    path = values.get("torch_env_lock_file")
+    if not isinstance(path, str) or not path.strip():
+        return problems
+    head, sep, rest = name("torch_env_lock_file").partition(" (")
+    where = f"{head}={path!r}{sep}{rest}"
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lock = torchlock.parse(fh.read(), where)
+    except OSError as exc:
+        problems.append(
+            f"{host}: {where} cannot be read on the controller ({exc.strerror}) -> allowed: "
+            '"" (no lock) or the path of a lock `gpufleet lock` wrote (make torch-lock)'
+        )
+        return problems
+    except torchlock.LockError as exc:
+        problems.append(f"{host}: {exc} -> fix: write it again with `gpufleet lock`")
+        return problems
+    checks = (
+        ("variant", values.get("torch_env_wheel_variant"), "torch_env_wheel_variant"),
+        ("python", values.get("torch_env_python_version"), "torch_env_python_version"),
+    )
+    for key, want, var in checks:
+        if isinstance(want, str) and want.strip() and lock.header.get(key) != want.strip():
+            problems.append(
+                f"{host}: {where} was made for {key} {lock.header.get(key)!r} but "
+                f"{name(var)}={want!r} -> fix: write a lock for it (gpufleet lock "
+                f"--{'cuda' if key == 'variant' else key} {want}) or change {name(var)}"
+            )
+    return problems
+
+
 def value_problems(
     role: str,
     values: Mapping[str, Any],
@@ -202,4 +265,6 @@ def value_problems(
         problems += preflight_version_problems(values, host, origins)
     elif role == "cluster_network":
         problems += cluster_network_problems(values, host, groups, origins)
+    elif role == "torch_env":
+        problems += torch_env_problems(values, host, origins)
     return problems

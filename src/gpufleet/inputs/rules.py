@@ -17,9 +17,16 @@ from collections.abc import Iterable
 from importlib import resources
 
 from gpufleet.errors import RefusedError
-from gpufleet.inputs import addresses, known
+from gpufleet.inputs import addresses, credentials, known, profile_file
 from gpufleet.planning import compat, gpuarch, versions
-from gpufleet.units import human_size, parse_sizes
+from gpufleet.units import (
+    DURATION_ALLOWED,
+    TIMESPAN_ALLOWED,
+    human_size,
+    parse_duration,
+    parse_sizes,
+    parse_timespan,
+)
 
 # Anything below U+0020, DEL, the C1 block and the Unicode line/paragraph separators: each
 # can end a line in one of the formats rendered (YAML, INI, XML, shell) or hide text.
@@ -36,7 +43,7 @@ _GPG_FINGERPRINT = re.compile(r"(?:[0-9A-F]{40}|[0-9A-F]{64})")
 _ACCOUNT = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _ZONE = re.compile(r"[A-Za-z0-9_-]{1,17}")
 _CHANNEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*|https://[^\s\"'#]+")
-_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s'\"]*@")
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/\s'\"]*@")
 _DOTDOT = re.compile(r"(^|/)\.\.(/|$)")
 
 
@@ -173,6 +180,29 @@ def check_read_path(value: object, name: str) -> str:
     if not text.startswith("/") or _DOTDOT.search(text):
         raise refuse(name, value, allowed)
     return text
+
+
+def check_write_dir(value: object, name: str) -> str:
+    """A directory gpufleet writes a file into but does not own (node_exporter's textfile
+    directory): absolute, no '..', not a top-level directory."""
+    allowed = "an absolute directory path without '..', e.g. /var/lib/node_exporter"
+    text = single_line(value, name, 4096, r"/[^\s]*", allowed)
+    if _DOTDOT.search(text) or norm_path(text).count("/") < 2:
+        raise refuse(name, value, allowed)
+    return norm_path(text)
+
+
+def check_timespan(value: object, name: str, lowest: float, highest: float) -> float:
+    """A systemd time span (``5min``, ``300``, ``1h 30min``) from ``lowest`` to ``highest``
+    seconds; the seconds."""
+    allowed = f"{TIMESPAN_ALLOWED}, from {lowest:g} s to {highest:g} s"
+    try:
+        seconds = parse_timespan(value)
+    except ValueError:
+        raise refuse(name, value, allowed) from None
+    if not lowest <= seconds <= highest:
+        raise refuse(name, value, allowed)
+    return seconds
 
 
 def check_abs_path(value: object, name: str) -> str:
@@ -375,10 +405,17 @@ def check_url(
     trusted_hosts: Iterable[str] = (),
     allow_path: bool = False,
     signed: bool = False,
+    https_only: bool = False,
 ) -> str:
     """A URL on one line. ``signed``: what it serves is checked against a pinned GPG key
     (dnf repositories with gpgcheck, keys with their fingerprint), so plain http is allowed;
-    otherwise http only for a host in ``trusted_hosts``."""
+    otherwise http only for a host in ``trusted_hosts``. Credentials (``user:password@``)
+    must be readable as the roles split them (:mod:`gpufleet.inputs.credentials`) and, with
+    ``https_only``, travel over https only; no refusal shows them."""
+    if isinstance(value, str):
+        bad = credentials.problems(value, https_only)
+        if bad:
+            raise refuse(name, value, "; ".join(bad))
     if signed:
         allowed = (
             "an http(s):// URL (its packages are checked against the pinned GPG key) "
@@ -489,9 +526,22 @@ def known_system_profiles() -> tuple[str, ...]:
     return tuple(sorted(e.name[:-5] for e in root.iterdir() if e.name.endswith(".json")))
 
 
-def check_system_profile(value: object, name: str) -> str:
-    """``auto`` or the name of a shipped system profile (the host's gpufleet_system_profile)."""
-    profiles = known_system_profiles()
+def site_profile_names(site_dir: str) -> tuple[str, ...]:
+    """The names a site's profile directory adds (none when it is unset or broken: the
+    directory's own check, :func:`check_profiles_dir`, names what is wrong with it)."""
+    if not site_dir:
+        return ()
+    try:
+        loaded = profile_file.load_profiles(site_dir=site_dir)
+    except profile_file.ProfileFileError:
+        return ()
+    return tuple(n for n, p in loaded.items() if p.origin == "site")
+
+
+def check_system_profile(value: object, name: str, site_dir: str = "") -> str:
+    """``auto`` or the name of a shipped system profile, or of one of the site's profile
+    directory ``site_dir`` (gpufleet_profiles_dir) (the host's gpufleet_system_profile)."""
+    profiles = tuple(sorted({*known_system_profiles(), *site_profile_names(site_dir)}))
     allowed = (
         f"auto (detected from the GPUs) or a system profile: {', '.join(profiles)} "
         "(`gpufleet profile show`; docs/profiles.md says how to add one)"
@@ -499,6 +549,22 @@ def check_system_profile(value: object, name: str) -> str:
     text = single_line(value, name, 64, r"[A-Za-z0-9][A-Za-z0-9._-]*", allowed)
     if text != "auto" and text not in profiles:
         raise refuse(name, value, allowed)
+    return text
+
+
+def check_profiles_dir(value: object, name: str) -> str:
+    """A directory of a site's own profile files on the controller, every file valid
+    (schema, units, sources; one that extends a known profile): read before any change."""
+    allowed = (
+        "a directory on the controller holding the site's profile files (*.json), each a "
+        "whole profile or one that extends a shipped profile, every figure with its source "
+        "and its floor's unit (docs/profiles.md, 'Site profiles')"
+    )
+    text = single_line(value, name, 4096, r"[^\s]+", allowed)
+    try:
+        profile_file.load_profiles(site_dir=text)
+    except profile_file.ProfileFileError as exc:
+        raise refuse(name, value, f"{allowed}; {exc}") from None
     return text
 
 
@@ -548,3 +614,28 @@ def check_sizes(value: object, name: str, largest: int = known.MAX_ALLREDUCE_SIZ
             f"{human_size(too_big[-1])} is beyond any node's memory",
         )
     return sizes
+
+
+def check_duration(value: object, name: str) -> int:
+    """A duration as users write it (90s, 2m, 30m, 1h; 1 s to 7 days): the seconds."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise refuse(name, value, DURATION_ALLOWED)
+    try:
+        return parse_duration(str(value), name)
+    except RefusedError:
+        raise refuse(name, value, DURATION_ALLOWED) from None
+
+
+MATMUL_SHAPES_ALLOWED = (
+    "a comma list of matmul shapes, N (a cube) or MxNxK, each side 1-65536, "
+    "e.g. 4096,8192x8192x4096"
+)
+_SHAPE = r"[0-9]{1,5}(x[0-9]{1,5}x[0-9]{1,5})?"
+
+
+def check_matmul_shapes(value: object, name: str) -> str:
+    """The compute sweep's shapes (gpufleet.node.compute_bench.parse_shapes' grammar)."""
+    text = single_line(value, name, 512, f"{_SHAPE}(,{_SHAPE})*", MATMUL_SHAPES_ALLOWED)
+    if any(not 1 <= int(side) <= 65536 for side in re.split(r"[,x]", text)):
+        raise refuse(name, value, MATMUL_SHAPES_ALLOWED)
+    return text

@@ -62,6 +62,7 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "verify_probe_timeout": (1, 3600, "seconds per connect try"),
     "verify_probe_retries": (1, 1000, "tries per target"),
     "verify_probe_listen_s": (1, 86400, "seconds"),
+    "verify_probe_start_grace": (1, 3600, "seconds"),
     "verify_probe_port": (1, 65535, "TCP port"),
     "verify_train_epochs": (1, 1000, "epochs of the training step"),
     "verify_train_per_rank": (1, 1_000_000, "samples per rank and epoch"),
@@ -72,13 +73,24 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "verify_dcgm_level": (1, 4, "dcgmi diag -r level"),
     "verify_dcgm_timeout": (1, 86400, "seconds"),
     "verify_slurm_start_timeout": (1, 86400, "seconds a Slurm job may stay pending"),
+    "verify_compute_budget": (1, 3600, "seconds per device and dtype"),
+    "verify_compute_timeout": (1, 86400, "seconds"),
+    "verify_sdc_repeats": (0, 100, "runs per device"),
+    "verify_collectives_warmup": (0, 10000, "untimed iterations per size"),
+    "verify_collectives_iters": (1, 100000, "timed iterations per size"),
+    "verify_ib_port": (1, 65000, "TCP port of the first RDMA port's exchange"),
+    "verify_ib_duration": (1, 600, "seconds"),
+    "verify_ib_timeout": (1, 3600, "seconds"),
+    "verify_dp_imbalance_max": (1, 100, "GPU-0 memory over the others' mean"),
     "slurm_health_timeout": (1, 55, "seconds; slurmd kills a HealthCheckProgram after 60"),
     "slurm_health_interval": (5, 86400, "seconds between health-check runs"),
+    "slurm_health_drain_after": (1, 100, "failed passes in a row that drain the node"),
+    "health_timer_timeout": (1, 3600, "seconds the checks of one pass may take"),
 }
 """Every number a role takes, with its bounds (a test keeps every ``int`` of every argument
 spec in this table, with its range in the description)."""
 
-REAL_RANGES = frozenset({"verify_busbw_min"})
+REAL_RANGES = frozenset({"verify_busbw_min", "verify_dp_imbalance_max"})
 """RANGES rows that take any finite number, not only integers."""
 
 
@@ -226,6 +238,15 @@ VALUE_RULES: dict[str, Rule] = {
     # --- verify
     "verify_sizes": _optional("sizes", largest=known.MAX_ALLREDUCE_SIZE),
     "verify_pair_sizes": _optional("sizes", largest=known.MAX_ALLREDUCE_SIZE),
+    "verify_collectives_sizes": _optional("sizes", largest=known.MAX_ALLREDUCE_SIZE),
+    "verify_burnin_duration": _rule("duration"),
+    "verify_compute_shapes": _optional("matmul_shapes"),
+    "verify_compute_dtypes": _line(
+        64,
+        r"(bfloat16|float16|float32)(,(bfloat16|float16|float32))*",
+        "a comma list of bfloat16, float16, float32",
+        skip_empty=True,
+    ),
     "verify_run_id": _optional("run_id"),
     "verify_work_dir": _rule("owned_dir"),
     "verify_suites_dir": _rule("owned_dir"),
@@ -234,7 +255,8 @@ VALUE_RULES: dict[str, Rule] = {
     **{name: _optional("slurm_name") for name in _SLURM_NAMES},
     "verify_slurm_gres": _optional("slurm_gres"),
     "verify_slurm_submit_host": _optional("host_name"),
-    "verify_system_profile": _rule("system_profile"),
+    "verify_system_profile": _rule("system_profile", dir_from="gpufleet_profiles_dir"),
+    "gpufleet_profiles_dir": _optional("profiles_dir"),
     # --- preflight
     "preflight_gpu_archs": _each("gpu_arch"),
     "preflight_cuda_repo_baseurl": _optional("url", signed=True),
@@ -256,10 +278,20 @@ VALUE_RULES: dict[str, Rule] = {
         allowed="the absolute path of slurm.conf, e.g. /etc/slurm/slurm.conf",
     ),
     "slurm_health_python": _optional("abs_path"),
+    "slurm_health_textfile_dir": _optional("write_dir"),
     "slurm_health_node_state": _line(
         64,
         _HEALTH_STATES,
         "ANY, IDLE, ALLOC, MIXED or NONDRAINED_IDLE, a comma list, optionally with CYCLE",
+    ),
+    # --- health_timer
+    "health_timer_interval": _rule("timespan", lowest=10, highest=7 * 86400),
+    "health_timer_textfile_dir": _optional("write_dir"),
+    "health_timer_python": _optional("abs_path"),
+    "health_timer_output": _rule(
+        "named_file",
+        pattern=r"[A-Za-z0-9_][A-Za-z0-9._-]*\.json",
+        allowed="an absolute path to a .json file",
     ),
     # --- provision.yml's play (not a role)
     "gpufleet_provision_serial": _rule("serial"),
@@ -324,6 +356,17 @@ RELATIONS: tuple[Relation, ...] = (
             "cluster_network_ib_enable is true",
         },
     ),
+    Relation(
+        "needs",
+        {
+            "var": "health_timer_install",
+            "test": "true",
+            "needs": "health_timer_textfile_dir",
+            "name": "needs",
+            "allowed": "node_exporter's textfile directory (an absolute path) when the health "
+            "timer is on: each pass writes gpufleet.prom there",
+        },
+    ),
     *(_key_needs_fingerprint(repo) for repo in _REPOS),
     Relation(
         "needs",
@@ -351,16 +394,24 @@ RELATIONS: tuple[Relation, ...] = (
 )
 """Rules over several variables, in the order their refusals are listed."""
 
+HTTPS_ONLY = "gpufleet_credentials_https_only"
+"""The shared setting every URL rule reads: credentials over https only (default true)."""
+
 ROLE_VARS: dict[str, str] = {
+    **{
+        role: rf"^({role}_|{HTTPS_ONLY}$)"
+        for role in ("python_bootstrap", "torch_env", "nvidia_driver", "infiniband", "preflight")
+    },
     "slurm_health": r"^(slurm_health_|gpufleet_slurm_node_name$)",
-    "verify": r"^(verify_|gpufleet_slurm_node_name$|gpufleet_rdzv_port$)",
+    "health_timer": r"^health_timer_",
+    "verify": r"^(verify_|gpufleet_slurm_node_name$|gpufleet_rdzv_port$|gpufleet_profiles_dir$)",
     "provision": r"^(gpufleet_provision_serial|gpufleet_provision_max_fail_percentage|gpu_nodes)$",
 }
 """The variables a role's check reads, as a pattern (default: ``^<role>_``)."""
 
 ROLES: tuple[str, ...] = (
     "python_bootstrap", "torch_env", "cluster_network", "nvidia_driver", "cuda_toolkit",
-    "infiniband", "dcgm", "slurm_health", "verify", "preflight", "provision",
+    "infiniband", "dcgm", "slurm_health", "health_timer", "verify", "preflight", "provision",
 )  # fmt: skip
 """The checks :func:`gpufleet.inputs.boundary.input_problems` knows (roles, and provision.yml's
 play)."""

@@ -136,18 +136,23 @@ def probe(
     timeout: float = 3.0,
     retries: int = 3,
     delay: float = 1.0,
-    up_until: float = 0.0,
+    up_until: float | Callable[[], float] = 0.0,
 ) -> list[ProbeResult]:
     """Connect to each target, ``retries`` tries ``delay`` apart. Until the monotonic time
     ``up_until`` a refused connection is not a try: the peer's listener may not be up yet
-    (``gpufleet probe mesh`` starts every node at once, without a barrier)."""
+    (``gpufleet probe mesh`` starts every node at once, without a barrier). A callable is
+    asked again at each refusal: the time can move as the run learns when its peers started."""
+
+    def until() -> float:
+        return up_until() if callable(up_until) else float(up_until)
+
     results = []
     for t in targets:
         ok, err, extra, secs = False, "", "", 0.0
         for attempt in range(max(1, retries)):
             ok, err, extra, secs = connect_once(t, timeout)
             while (
-                not ok and err.startswith("ConnectionRefusedError") and time.monotonic() < up_until
+                not ok and err.startswith("ConnectionRefusedError") and time.monotonic() < until()
             ):
                 time.sleep(0.2)
                 ok, err, extra, secs = connect_once(t, timeout)

@@ -33,6 +33,7 @@ from gpufleet.planning.gpuarch import (
     sm,
 )
 from gpufleet.planning.osinfo import OsError, TargetOs, parse_os
+from gpufleet.planning.wheel_sources import sources_for
 
 CPU = "cpu"
 
@@ -134,6 +135,9 @@ class Plan:
     gpu_families: list[str]
     notes: list[str] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    #: where the chosen variant can come from, each with the pin it can satisfy
+    #: (gpufleet.planning.wheel_sources: the PyTorch index always, PyPI for its default)
+    wheel_sources: list[dict[str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -162,6 +166,11 @@ class Plan:
         for key in ("gpu_archs", "gpu_families", "notes", "sources"):
             if key in values:
                 values[key] = [str(v) for v in values[key] or []]
+        if "wheel_sources" in values:
+            values["wheel_sources"] = [
+                {str(k): str(v) for k, v in dict(src).items()}
+                for src in values["wheel_sources"] or []
+            ]
         return cls(**values)
 
     @property
@@ -602,7 +611,31 @@ def _build(
         gpu_families=families,
         notes=notes,
         sources=list(dict.fromkeys(sources)),
+        wheel_sources=[w.as_dict() for w in sources_for(ctx.torch, chosen.name, rel, data)],
     )
+
+
+_SOURCE_NAMES = {"pytorch-index": "PyTorch index", "pypi": "PyPI"}
+
+
+def _pip_lines(plan: Plan) -> list[str]:
+    """One ``pip:`` line per source of the plan's variant; a plan from before the sources
+    were recorded shows its index and requirement."""
+    sources = plan.wheel_sources or [
+        {"source": "pytorch-index", "index_url": plan.index_url, "requirement": plan.requirement}
+    ]
+    lines = []
+    for i, src in enumerate(sources):
+        head = "  pip:            " if i == 0 else "                  "
+        name = _SOURCE_NAMES.get(src["source"], src["source"])
+        lines.append(
+            f"{head}pip install {src['requirement']} --index-url {src['index_url']}  ({name})"
+        )
+    if len(sources) == 1:
+        lines.append(
+            "                  (not on PyPI: PyPI carries only this release's default build)"
+        )
+    return lines
 
 
 def describe(plan: Plan) -> str:
@@ -610,7 +643,7 @@ def describe(plan: Plan) -> str:
     lines = [
         f"torch {plan.torch} ({plan.variant}{', PyPI default' if plan.variant_is_default else ''})",
         f"  why:            {plan.variant_reason}",
-        f"  pip:            pip install {plan.requirement} --index-url {plan.index_url}",
+        *_pip_lines(plan),
         f"  installs:       torch {plan.expected_build}"
         + (f", CUDA runtime {plan.cuda}, NCCL {plan.nccl}" if plan.cuda else " (CPU only)"),
         f"  python:         {plan.python_min} to {plan.python_max}"

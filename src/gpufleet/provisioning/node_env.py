@@ -1,7 +1,5 @@
 """Node environment helpers for the torch_env role (pure functions, stdlib only).
 
-* which torch build to install when the wheel variant differs from the plan's
-  (image baking: the plan follows the GPUs, the env may be a CPU build),
 * checks on mirror URLs (scheme, credentials, plain HTTP needing a trusted host),
 * the node manifest merge that keeps reruns at ``changed=0``.
 
@@ -14,84 +12,17 @@ import base64
 import binascii
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from gpufleet.errors import RefusedError
-from gpufleet.planning import versions as V
+from gpufleet.planning.torch_source import redact_url
 
 MANIFEST_SCHEMA = 1
-DEFAULT_PYTORCH_INDEX_ROOT = "https://download.pytorch.org/whl"
 
 
 class EnvConfigError(RefusedError):
     """A torch_env input that cannot work."""
-
-
-@dataclass(frozen=True)
-class TorchWheel:
-    """The exact torch build the env must carry."""
-
-    variant: str
-    index_url: str
-    requirement: str
-    expected_build: str
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-
-def torch_wheel(
-    plan: Mapping[str, Any],
-    variant: str = "",
-    index_root: str = DEFAULT_PYTORCH_INDEX_ROOT,
-) -> TorchWheel:
-    """The torch build for ``variant`` (empty = the plan's own variant).
-
-    With the plan's variant the plan is authoritative (its ``index_url`` and
-    ``expected_build``). With another variant (e.g. ``cpu`` on an image-baking node whose
-    plan follows a GPU variant) the build is ``<torch>+<variant>`` and the index is the
-    plan's index with its variant path segment swapped, or ``<index_root>/<variant>`` when
-    the plan's index does not end in its variant (the PyPI default build).
-
-    The requirement pins the local version label too (``torch==2.13.0+cpu``) whenever the
-    build has one, so pip cannot pick another variant of the same release from a
-    find-links directory or an extra index.
-    """
-    for key in ("torch", "variant", "index_url", "expected_build"):
-        if not plan.get(key):
-            raise EnvConfigError(
-                f"gpufleet_plan has no {key!r}; the plan must come from the preflight role "
-                "(gpufleet.core.plan)"
-            )
-    torch = str(plan["torch"])
-    if not V.is_torch_version(torch):
-        raise EnvConfigError(f"gpufleet_plan.torch={torch!r} is not a release X.Y.Z")
-    plan_variant = str(plan["variant"])
-    wanted = (variant or plan_variant).strip()
-    if not V.is_wheel_variant(wanted):
-        raise EnvConfigError(
-            f"torch_env_wheel_variant={wanted!r} is not a wheel variant "
-            "(cpu, cuXXX such as cu128, rocmX.Y, xpu)"
-        )
-    if wanted == plan_variant:
-        index_url = str(plan["index_url"])
-        build = str(plan["expected_build"])
-    else:
-        build = f"{torch}+{wanted}"
-        plan_index = str(plan["index_url"]).rstrip("/")
-        suffix = "/" + plan_variant
-        if plan_index.endswith(suffix):
-            index_url = plan_index[: -len(suffix)] + "/" + wanted
-        else:
-            index_url = index_root.rstrip("/") + "/" + wanted
-    return TorchWheel(
-        variant=wanted,
-        index_url=index_url,
-        requirement=f"torch=={build}",
-        expected_build=build,
-    )
 
 
 def check_url(
@@ -138,17 +69,6 @@ def has_credentials(url: object) -> bool:
         return False
     parts = urlsplit(url.strip())
     return bool(parts.username or parts.password)
-
-
-def redact_url(url: str) -> str:
-    """The URL with any ``user:password@`` replaced by ``***@``."""
-    parts = urlsplit(url)
-    if not (parts.username or parts.password):
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
 
 
 def untrusted_http_hosts(urls: Iterable[str], trusted_hosts: Iterable[str]) -> list[str]:

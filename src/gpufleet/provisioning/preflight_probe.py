@@ -15,11 +15,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpufleet.errors import RefusedError
+from gpufleet.inputs import credentials as creds
 from gpufleet.planning import driver_choice as driverchoice
 from gpufleet.planning import gpuarch
 from gpufleet.planning import planner as planmod
+from gpufleet.planning import torch_lock as torchlock
+from gpufleet.planning import torch_source as torchsource
 from gpufleet.provisioning import fabric_packages as fabricpkg
-from gpufleet.provisioning import node_env as nodeenv
 
 
 def _msg(node: object, variable: object, problem: object, fix: object) -> str:
@@ -103,6 +105,18 @@ def preflight_problems(obs: Mapping[str, Any]) -> list[str]:
                 "gpufleet_torch_version / gpufleet_cuda_variant / gpufleet_python_version",
                 "the planner refused this node: " + obs["plan_error"],
                 "choose one of the combinations the planner names",
+            )
+        )
+    for error in obs.get("torch_step_errors") or []:
+        problem, _, fix = error.partition(" -> fix: ")
+        out.append(
+            _msg(
+                node,
+                "gpufleet_torch_source / gpufleet_pip_index_url / gpufleet_torch_lock",
+                "torch_env cannot install the planned torch build: " + problem,
+                fix
+                or "write a lock of this node's plan (make torch-lock, gpufleet lock) or set "
+                'gpufleet_torch_lock: ""',
             )
         )
     ce = obs.get("choice_error")
@@ -242,8 +256,10 @@ def disk_rows(
 # per reference to it).
 
 #: One command, read-only, every probe of a node (bash: pipefail). Positional parameters:
-#: kernel (uname -r as the facts give it), 1/0 (query kernel-devel), the dnf
-#: --repofrompath argument or "", the env prefix, then "variable path" pairs for free space.
+#: kernel (uname -r as the facts give it), 1/0 (query kernel-devel), the id of the mirror's
+#: repository or "" (its definition comes on stdin: :func:`probe_repo_file`; a mirror URL may
+#: carry credentials, which never go on a command line), the env prefix, then "variable
+#: path" pairs for free space.
 #: Each section follows a ``PROBE_MARK`` line. The command fails only where listing the PCI
 #: devices fails. kernel-devel: the mirror goes in under a repository id of its own
 #: (gpufleet-base-probe): nvidia_driver writes gpufleet-base.repo, and a
@@ -252,8 +268,15 @@ def disk_rows(
 #: never "missing".
 PROBE_SCRIPT = r"""
 set -o pipefail
-kernel=$1; kdevel=$2; repofrompath=$3; prefix=$4; shift 4
+kernel=$1; kdevel=$2; repoid=$3; prefix=$4; shift 4
 rc=0
+repodir=""
+if [ -n "$repoid" ]; then
+  # the mirror's repository file (0600 in a 0700 directory), beside the system's
+  repodir=$(mktemp -d) || exit 1
+  trap 'rm -rf "$repodir"' EXIT
+  (umask 077; cat > "$repodir/$repoid.repo")
+fi
 section() { printf '@@gpufleet-probe %s\n' "$1"; }
 section lspci
 if command -v lspci >/dev/null 2>&1; then
@@ -285,7 +308,8 @@ if [ "$kdevel" = 1 ]; then
     err=$(mktemp) || { echo error; echo "mktemp failed"; exit 0; }
     trap 'rm -f "$err"' EXIT
     repo=()
-    [ -n "$repofrompath" ] && repo=("$repofrompath")
+    sysdirs=/etc/yum.repos.d,/etc/yum/repos.d,/etc/distro.repos.d
+    [ -n "$repodir" ] && repo=("--setopt=reposdir=$sysdirs,$repodir")
     for how in "" --whatprovides; do
       if ! out=$(dnf -q -y repoquery "${repo[@]}" $how "$spec" 2>"$err"); then
         echo error; tail -c 2000 "$err"; exit 0
@@ -332,13 +356,35 @@ def probe_argv(
     disks: Iterable[Mapping[str, Any]] | None,
 ) -> list[str]:
     """The probe command as an argv (``bash -c PROBE_SCRIPT ...``): every value a parameter
-    of its own, nothing of the inventory in the script's text."""
-    repo = f"--repofrompath=gpufleet-base-probe,{base_repo_baseurl}" if base_repo_baseurl else ""
+    of its own, nothing of the inventory in the script's text. With a base mirror, its
+    repository file (:func:`probe_repo_file`) goes on the command's stdin."""
+    repo = BASE_PROBE_REPO if base_repo_baseurl else ""
     argv = ["bash", "-c", PROBE_SCRIPT, "gpufleet-probe", str(kernel)]
     argv += ["1" if kernel_devel else "0", repo, str(env_prefix)]
     for d in disks or []:
         argv += [str(d.get("variable")), str(d.get("path"))]
     return argv
+
+
+#: the repository id of the base mirror in the probe (never gpufleet-base: nvidia_driver
+#: writes that one, and the same id twice makes dnf refuse the query)
+BASE_PROBE_REPO = "gpufleet-base-probe"
+
+
+def probe_repo_file(repo_id: str, baseurl: str, gpgkey: str = "") -> str:
+    """A dnf repository file of ``baseurl`` for a command that adds a mirror for one run (the
+    probes' queries, python_bootstrap's install): the URL without its credentials, which go
+    in as ``username=``/``password=``; with ``gpgkey`` (its credentials dropped: dnf fetches it
+    with the repository's) packages are checked against it. The command writes the file
+    0600 in a private directory it removes; the text travels on stdin or in a script file,
+    never on a command line (filter ``gpufleet.core.repo_file``)."""
+    auth = creds.split(baseurl)
+    lines = [f"[{repo_id}]", f"name={repo_id}", f"baseurl={auth.url}", "enabled=1"]
+    if gpgkey:
+        lines += ["gpgcheck=1", f"gpgkey={creds.split(gpgkey).url}"]
+    if auth.present:
+        lines += [f"username={auth.username}", f"password={auth.password}"]
+    return "\n".join(lines) + "\n"
 
 
 def secure_boot_state(text: str) -> str:
@@ -443,12 +489,15 @@ def judge(node: str, inputs: Mapping[str, Any], seen: Mapping[str, Any]) -> dict
         inputs.get("nvlsm", "auto"),
     )
 
+    # the torch step: a build the configured source cannot serve, or a lock that is not of
+    # it, is refused here, before any role changes the node
+    step, step_errors = torch_step(plan, inputs)
+
     # free space only for what is still to be installed: a node whose env holds the planned
     # torch build, or whose toolkit package is installed, needs none for that part
     installed: list[str] = []
     if plan is not None:
-        build = nodeenv.torch_wheel(plan, str(inputs.get("wheel_variant") or "")).expected_build
-        if build and f"torch-{build}.dist-info" in seen["installed_torch"]:
+        if step is not None and torchsource.dist_info_holds(seen["installed_torch"], step):
             installed.append("preflight_env_free_mb")
         toolkit = plan.get("toolkit_package") or ""
         if toolkit and toolkit in seen["installed_toolkits"]:
@@ -470,23 +519,54 @@ def judge(node: str, inputs: Mapping[str, Any], seen: Mapping[str, Any]) -> dict
         "driver_required": driver_install,
         "fabricmanager": {},
         "disks": [d for d in seen["disks"] if d.get("variable") not in installed],
+        "torch_step_errors": step_errors,
     }
     return {
         "answer": {"plan": plan, "refused": refused},
         "choice": choice,
         "fabric": fabric,
+        "torch_step": step.as_dict() if step is not None else None,
         "observations": observations,
         "problems": preflight_problems(observations),
     }
 
 
+def torch_step(
+    plan: Mapping[str, Any] | None, inputs: Mapping[str, Any]
+) -> tuple[torchsource.TorchInstall | None, list[str]]:
+    """torch_env's torch step for ``plan`` (:func:`gpufleet.planning.torch_source.torch_install`
+    of the inputs torch_source, wheel_variant, torch_lock_text, torch_lock, torch_packages)
+    and the reasons it cannot work: the source cannot serve the build, the lock is not of
+    it. (None, []) without a plan."""
+    if plan is None:
+        return None, []
+    settings = torchsource.SourceSettings.from_mapping(inputs.get("torch_source") or {})
+    try:
+        step = torchsource.torch_install(plan, str(inputs.get("wheel_variant") or ""), settings)
+    except torchsource.TorchSourceError as exc:
+        return None, [str(exc)]
+    lock_text = inputs.get("torch_lock_text")
+    if not lock_text:
+        return step, []
+    where = f"gpufleet_torch_lock {inputs.get('torch_lock')}"
+    try:
+        lock = torchlock.parse(str(lock_text), where)
+    except torchlock.LockError as exc:
+        return step, [str(exc)]
+    python = str(inputs.get("python") or plan.get("python") or "")
+    packages = [str(p) for p in inputs.get("torch_packages") or []]
+    return step, torchlock.lock_problems(lock, step.as_dict(), python, packages, where)
+
+
+CUDA_PROBE_REPO = "gpufleet-cuda-probe"
+
+
 def fabricmanager_probe_script(
     el_major: int,
-    repo_url: str,
     stream: str,
     fm_names: Iterable[str],
     nvlsm: Iterable[str],
-    repo_id: str = "gpufleet-cuda-probe",
+    repo_id: str = CUDA_PROBE_REPO,
 ) -> str:
     """NVSwitch nodes: the read-only command that asks the CUDA repository for Fabric
     Manager of the driver's version (and NVLSM), for
@@ -496,14 +576,17 @@ def fabricmanager_probe_script(
     cuda-rhel<N> repository nvidia_driver writes, so a rerun never clashes with it. dnf's
     stderr is kept: a failed query says "failed" and quotes dnf. EL8/9: ``dnf module
     info`` lists the stream's artifacts and profiles whether the stream is enabled or not
-    (a repoquery would hide them behind modular filtering); EL10: repoquery."""
+    (a repoquery would hide them behind modular filtering); EL10: repoquery. The repository
+    file (:func:`probe_repo_file`: the URL may carry credentials) comes on stdin."""
     q = shlex.quote
     nvlsm = [q(n) for n in nvlsm]
     lines = [
         "set -o pipefail",
         "err=$(mktemp) || exit 1",
-        "trap 'rm -f \"$err\"' EXIT",
-        f"repo=(--repofrompath={q(repo_id)},{q(repo_url)} --repo={q(repo_id)})",
+        "repodir=$(mktemp -d) || exit 1",
+        'trap \'rm -rf "$err" "$repodir"\' EXIT',
+        f'(umask 077; cat > "$repodir"/{q(repo_id)}.repo)',
+        f'repo=(--setopt=reposdir="$repodir" --repo={q(repo_id)})',
         "section() {",
         "  local name=$1 out rc=0",
         "  shift",

@@ -1,6 +1,7 @@
 """Aggregate one verify run: reports/<run-id>/<node>/*.json (+ JUnit XML) into
-summary.json, summary.md (Jinja2, templates/summary.md.j2) and bandwidth.png (matplotlib,
-Agg backend), print a table, and return the exit code (0 ok, 1 any failure).
+summary.json, summary.md (Jinja2, templates/summary.md.j2), index.html (the page,
+templates/index.html.j2) and junit.xml, print a table, and return the exit code (0 ok, 1 any
+failure).
 
 Layout read::
 
@@ -17,11 +18,13 @@ file and the last lines of its log. Bisection reruns (kind "bisect-<round>-<grou
 node at fault in O(log n) launches (``localise``).
 
 The package is split by job: ``logs`` (log analysis), ``localise`` (the bisection schedule
-and its verdict), ``aggregate`` (collect + summary.json), ``render`` (summary.md, bandwidth.png,
-table, report files), ``slownodes`` (each node against the fleet median),
-``profile_floors`` (each node against its system profile's floors); ``model`` holds the
-Summary dataclasses. The command line is
-``gpufleet report`` (gpufleet.commands.cmd_report).
+and its verdict), ``aggregate`` (collect + summary.json), ``render`` (summary.md, table,
+report files), ``page`` (index.html) with ``svg`` (its pictures), ``reproduce`` (the command
+that reproduces a record), ``changes`` (what changed since the previous run),
+``slownodes`` (each node against the fleet median), ``profile_floors`` (each node against
+its system profile's floors), ``sdc`` (the devices' digests compared), ``acceptance`` (the
+compute, collectives, burn-in, IB and tier sections); ``model`` holds the Summary
+dataclasses. The command line is ``gpufleet report`` (gpufleet.commands.cmd_report).
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ from gpufleet.report.logs import junit_records, launch_root_cause, root_cause
 from gpufleet.report.model import NodeResult, Summary
 from gpufleet.report.render import (
     SUMMARY_FILES,
-    plot_bandwidth,
     render_markdown,
     table,
     update_latest,
@@ -47,7 +49,6 @@ __all__ = [
     "junit_records",
     "launch_root_cause",
     "next_groups",
-    "plot_bandwidth",
     "render_markdown",
     "root_cause",
     "table",

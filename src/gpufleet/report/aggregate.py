@@ -10,7 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.errors import GpufleetError, RefusedError
-from gpufleet.report import junit, profile_floors, slownodes, training
+from gpufleet.report import (
+    acceptance,
+    changes,
+    junit,
+    profile_floors,
+    reproduce,
+    sdc,
+    slownodes,
+    training,
+)
 from gpufleet.report.localise import analyse_bisection
 from gpufleet.report.logs import (
     junit_records,
@@ -24,7 +33,9 @@ from gpufleet.results import SCHEMA, Record, load_result_file
 from gpufleet.verify.bandwidth import busbw_factor
 
 # run.json keys and the JSON type collect() relies on
-_RUN_INFO_TYPES: dict[str, type] = {"nodes": list, "expect": dict, "dropped": dict, "bisect": list}
+_RUN_INFO_TYPES: dict[str, type] = {
+    "nodes": list, "expect": dict, "dropped": dict, "bisect": list, "inventory": list,
+}  # fmt: skip
 
 
 def read_run_info(path: Path) -> dict[str, Any]:
@@ -167,6 +178,11 @@ def collect(run_dir: str | os.PathLike[str]) -> Summary:
         nodes[rec.node].records.append(rec)
     for rec in profile_floors.judge(summary):
         nodes[rec.node].records.append(rec)
+    for rec in sdc.judge(summary):
+        nodes[rec.node].records.append(rec)
+    budget = acceptance.tier_record(summary, acceptance.tier_section(summary))
+    if budget is not None:
+        nodes[budget.node].records.append(budget)
     unavailable = slurm_unavailable(summary)
     if summary.suspects:
         summary.suspect_reason = summary.bisect_reason
@@ -243,8 +259,72 @@ def node_profile(nr: NodeResult) -> dict[str, Any] | None:
     }
 
 
+def threshold_source(s: Summary, node: str, kind: str, r: Record, meta: dict[str, Any]) -> str:
+    """Where a record's threshold came from, as far as the run says: the result file's
+    ``threshold_source`` (the all-reduce gates), or the profile and source of a profile floor;
+    "" when nothing in the run says it (the message may)."""
+    if kind == profile_floors.KIND:
+        floor = r.name.split(":", 1)[-1]
+        for f in s.floors.get(node, []):
+            if f.get("floor") == floor and f.get("profile"):
+                src = f.get("source")
+                return f"profile {f['profile']}" + (f": {src}" if src else "")
+        return ""
+    if r.threshold is not None and r.threshold == meta.get("threshold"):
+        return str(meta.get("threshold_source") or "")
+    return ""
+
+
+def record_out(
+    s: Summary,
+    node: str,
+    kind: str,
+    r: Record,
+    meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A record as summary.json holds it: ``kind`` and the record's fields; one that did not
+    pass (warn, fail, incomplete) also ``reproduce`` (gpufleet.report.reproduce: the command,
+    where to run it) and ``threshold_source``. ``meta``: the result file's meta (None for a
+    record the report made)."""
+    out = {"kind": kind, **record_dict(r)}
+    if r.status not in ("pass", "skip"):
+        rerun = (meta or {}).get("rerun")
+        how = reproduce.reproducer(
+            node, kind, r, rerun if isinstance(rerun, dict) else None, s.run_info
+        )
+        out["reproduce"] = how.to_dict()
+        out["threshold_source"] = threshold_source(s, node, kind, r, meta or {})
+    return out
+
+
+def node_records(s: Summary, node: str, nr: NodeResult) -> list[dict[str, Any]]:
+    """The node's records in ``NodeResult.all_records`` order, as :func:`record_out` gives them."""
+    out = [record_out(s, node, f.kind, r, f.meta) for f in nr.files for r in f.records]
+    n_files = sum(len(f.records) for f in nr.files)
+    return out + [record_out(s, node, k, r) for k, r in nr.all_records()[n_files:]]
+
+
+def bandwidth_gates(s: Summary) -> list[dict[str, Any]]:
+    """The threshold each bandwidth sweep was gated on, where its result file recorded one
+    (``meta.threshold`` and ``meta.threshold_source``: the all-reduce worker, the smoke suite)."""
+    return [
+        {
+            "source": f.kind,
+            "node": n,
+            "threshold": f.meta["threshold"],
+            "threshold_source": str(f.meta.get("threshold_source") or ""),
+        }
+        for n, nr in sorted(s.nodes.items())
+        for f in nr.files
+        if f.bandwidth and isinstance(f.meta.get("threshold"), int | float)
+    ]
+
+
 def to_json(s: Summary) -> dict[str, Any]:
-    return {
+    """summary.json: the data every format of the report is rendered from (summary.md,
+    index.html, the terminal table; junit.xml from the same Summary)."""
+    records = {n: node_records(s, n, nr) for n, nr in sorted(s.nodes.items())}
+    out = {
         "schema": SCHEMA,
         "run_id": s.run_id,
         "generated": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -258,15 +338,23 @@ def to_json(s: Summary) -> dict[str, Any]:
                 "files": [f.kind for f in nr.files],
                 "profile": node_profile(nr),
                 "floors": s.floors.get(n, []),
-                "records": [{"kind": k, **record_dict(r)} for k, r in nr.all_records()],
+                "records": records[n],
             }
             for n, nr in sorted(s.nodes.items())
         },
-        "failures": [{"node": n, "kind": k, **record_dict(r)} for n, k, r in s.failures()],
+        "failures": [
+            {"node": n, **r} for n, rs in records.items() for r in rs if r["status"] == "fail"
+        ],
         "bandwidth": [{"source": k, "node": n, **b.to_dict()} for k, n, b in s.bandwidth()],
+        "bandwidth_gates": bandwidth_gates(s),
         "busbw_factors": {
             str(w): round(busbw_factor(w), 6)
             for w in sorted({b.world_size for *_, b in s.bandwidth()})
+        },
+        # every collective's factor (nccl-tests) at each world size it ran with
+        "busbw_factors_by_op": {
+            op: {str(w): round(busbw_factor(w, op), 6) for w in sorted(ws)}
+            for op, ws in sorted(_op_worlds(s).items())
         },
         "bisect": s.bisect_results,
         "bisect_reason": s.bisect_reason,
@@ -280,7 +368,22 @@ def to_json(s: Summary) -> dict[str, Any]:
         "pairs": s.pairs,
         "slurm_jobs": slurm_jobs(s),
         **training_sections(s),
+        "tier": acceptance.tier_section(s),
+        "compute": acceptance.compute_section(s),
+        "collectives": acceptance.collectives_section(s),
+        "sdc": s.sdc,
+        "burnin": acceptance.burnin_section(s),
+        "ib": acceptance.ib_section(s),
     }
+    out["changes"] = changes.since_previous(s.run_dir, out)
+    return out
+
+
+def _op_worlds(s: Summary) -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {}
+    for *_, b in s.bandwidth():
+        out.setdefault(b.op, set()).add(b.world_size)
+    return out
 
 
 SLURM_JOB_KEYS = (

@@ -1,8 +1,9 @@
 """The cluster JUnit file: reports/<run-id>/junit.xml, for CI systems that read JUnit.
 
 One ``<testsuites>`` holding a ``<testsuite>`` per node (its own suites: checks, smoke,
-dcgm, probe, ...) and one per cluster step (all-reduce, training, bisection, slow nodes,
-profile floors, Slurm jobs), a ``<testcase>`` per record. The shape is the Apache Ant JUnit
+dcgm, probe, compute, burnin, ...) and one per cluster step (all-reduce, training,
+bisection, slow nodes, profile floors, collectives, SDC, ib_write_bw, Slurm jobs), a
+``<testcase>`` per record. The shape is the Apache Ant JUnit
 schema that Jenkins and GitLab read (https://github.com/windyroad/JUnit-Schema/blob/master/JUnit.xsd):
 ``<testsuites>`` has no attributes; each ``<testsuite>`` has ``name``, ``package``, ``id``,
 ``timestamp`` (ISO 8601 without a zone: UTC here), ``hostname``, ``tests``, ``failures``,
@@ -42,6 +43,9 @@ CLUSTER_STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pair-sweep", ("pair-*",)),
     ("slow-nodes", ("slow-nodes",)),
     ("profile-floors", ("profile-floors",)),  # gpufleet.report.profile_floors
+    ("collectives", ("collectives",)),  # gpufleet.verify.workers.collectives
+    ("sdc", ("sdc",)),  # gpufleet.report.sdc
+    ("ib-write-bw", ("ibbw-*", "ibbw")),  # gpufleet.node.ib_bw, one per pair
     ("slurm", ("slurm-*",)),
 )
 # characters XML 1.0 cannot carry (log tails hold ANSI escapes and the like)

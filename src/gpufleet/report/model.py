@@ -49,6 +49,8 @@ class Summary:
     # each node's figures against its system profile's floors (gpufleet.report.profile_floors)
     floors: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     floors_reason: str = ""  # what was judged, in one sentence
+    # the devices' digests compared (gpufleet.report.sdc): groups and mismatches
+    sdc: dict[str, Any] = field(default_factory=dict)
 
     def rows(self) -> list[tuple[str, str, Record]]:
         return [

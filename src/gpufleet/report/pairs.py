@@ -48,3 +48,13 @@ def pairs_of(nodes: Sequence[str]) -> dict[str, list[Pair]]:
             out[a].append((a, b))
             out[b].append((a, b))
     return out
+
+
+def pair_kinds(rounds: Sequence[Sequence[Sequence[str]]], prefix: str) -> dict[str, list[str]]:
+    """The result kind of each pair of ``rounds`` (``<prefix>-<round>-<index>``, rounds from
+    1) and the node expected to write it: the pair's first (verify's IB step: the client)."""
+    return {
+        f"{prefix}-{r}-{i}": [str(pair[0])]
+        for r, rnd in enumerate(rounds, start=1)
+        for i, pair in enumerate(rnd)
+    }

@@ -5,7 +5,7 @@ over all of the profile's GPUs at the floor's ``message_bytes`` (460 GB/s at 16 
 ``hgx-h100-8gpu``). The figure is the node's own sweep, the smoke suite's rows (smoke.json,
 read as :func:`gpufleet.report.slownodes.local_busbw` reads them: the median of repeated rows
 of a size). The profile is the one the node check ``profile`` chose, kept in the checks
-file's ``meta["profile"]``; its figures come from :mod:`gpufleet.node.profiles.profile_file`
+file's ``meta["profile"]``; its figures come from :mod:`gpufleet.inputs.profile_file`
 (no copy of any figure here).
 
 Per node, one of:
@@ -19,6 +19,12 @@ Per node, one of:
   GPUs, or another backend than NCCL;
 * nothing judged, no record, said once: no profile chosen, a profile this version does not
   ship, or a floor that is null in the profile (its note says why).
+
+The collectives beside all-reduce (``floors.<op>_busbw_gbs``: all_gather, reduce_scatter,
+alltoall, broadcast, sendrecv) are judged the same way where the profile sets a floor (no
+shipped profile does: no public per-SKU figure; a site profile may), on the collectives
+step's rows (collectives.json) when that step ran on one node with NCCL over at least the
+profile's GPUs; a run across nodes is not judged against a one-node floor, which is said.
 
 The entries go into ``Summary.floors`` (summary.json ``nodes.<node>.floors``, a line per node
 in summary.md); the records into the node's records (the junit suite ``cluster.profile-floors``).
@@ -198,6 +204,66 @@ def judge_allreduce(node: str, profile: Profile, rows: Sequence[BandwidthRow]) -
     return result("fail", found=found, remedy=REMEDY_ALLREDUCE, **measured)
 
 
+#: the collectives with a floor field of their own (``floors.<op>_busbw_gbs``)
+COLLECTIVE_OPS = ("all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv")
+REMEDY_COLLECTIVE = (
+    "compare with the all-reduce of this node (smoke.json) and its NVLink/NVSwitch checks; a "
+    "collective alone below its floor points at its algorithm (NCCL_ALGO, NCCL_PROTO) or the "
+    "NCCL version: run nccl-tests' binary of it with NCCL_DEBUG=INFO"
+)
+
+
+def judge_collectives(
+    node: str, profile: Profile, files: Sequence[ResultFile]
+) -> list[FloorResult]:
+    """``floors.<op>_busbw_gbs`` that the profile sets, against the collectives step's rows
+    of this node (the first node of the step holds them); [] where no floor is set."""
+    out = []
+    coll = next((f for f in files if f.kind == "collectives" and f.bandwidth), None)
+    nnodes = int(coll.meta.get("nnodes") or 1) if coll is not None else 1
+    for op in COLLECTIVE_OPS:
+        floor = f"{op}_busbw_gbs"
+        fig = profile.floor(floor)
+        if fig.value is None or coll is None:
+            continue
+        expected = float(fig.value)
+
+        def result(
+            status: Verdict,
+            floor: str = floor,
+            expected: float = expected,
+            unit: str = fig.unit,
+            source: str = fig.source,
+            **kw: Any,
+        ) -> FloorResult:
+            return FloorResult(
+                node=node, floor=floor, profile=profile.name, status=status, expected=expected,
+                unit=unit, source=source, **kw,
+            )  # fmt: skip
+
+        rows = [r for r in coll.bandwidth if r.op == op]
+        if not rows:
+            out.append(
+                result("not judged", why=f"no {op} rows (skipped or failed: see its record)")
+            )
+            continue
+        last = max(rows, key=lambda r: r.size_bytes)
+        at: dict[str, Any] = {"size_bytes": last.size_bytes, "world_size": last.world_size}
+        if nnodes != 1 or last.backend != "nccl" or last.world_size < profile.gpu_count:
+            why = (
+                f"the floor is for one node's {profile.gpu_count} GPUs over NCCL; this run's "
+                f"{op} ran on {nnodes} node(s), {last.world_size} ranks, {last.backend}"
+            )
+            out.append(result("not judged", why=why, **at))
+            continue
+        found = round(last.busbw, 3)
+        if found >= expected:
+            out.append(result("pass", found=found, **at))
+        else:
+            out.append(result("fail", found=found, remedy=REMEDY_COLLECTIVE, **at))
+    return out
+
+
 def judge_node(
     node: str,
     files: Sequence[ResultFile],
@@ -223,18 +289,19 @@ def judge_node(
             "its floors are unknown here"
         )
         return [FloorResult(node, ALLREDUCE, str(name), "not judged", why=why, record=False)]
-    return [judge_allreduce(node, profile, _rows(files))]
+    return [judge_allreduce(node, profile, _rows(files)), *judge_collectives(node, profile, files)]
 
 
 def judge(s: Summary, profiles: Mapping[str, Profile] | None = None) -> list[Record]:
     """Fill ``s.floors`` (node -> its floors; none for a node without a profile in its checks
     result) and ``s.floors_reason``, and return the records to add to the nodes: one per
-    floor the profile sets (pass, fail, or skip when not judged)."""
+    floor the profile sets (pass, fail, or skip when not judged). The profiles: the shipped
+    ones and the site's of run.json ``profiles_dir`` (gpufleet_profiles_dir of the run)."""
     load_error = ""
     if profiles is None and any(profile_meta(nr.files) for nr in s.nodes.values()):
         try:
-            profiles = load_profiles()
-        except GpufleetError as exc:  # a broken shipped profile: said per node, no crash
+            profiles = load_profiles(site_dir=str(s.run_info.get("profiles_dir") or "") or None)
+        except GpufleetError as exc:  # a broken profile file: said per node, no crash
             load_error = str(exc)
     out: list[Record] = []
     seen: list[FloorResult] = []

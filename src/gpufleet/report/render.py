@@ -1,7 +1,7 @@
-"""Rendering: summary.md (Jinja2), bandwidth.png (matplotlib, Agg), the terminal table,
-and writing the report files of a run."""
+"""Rendering: summary.md (Jinja2), the terminal table, and writing the report files of a run
+(index.html: gpufleet.report.page)."""
 
-# ruff: noqa: PLC0415  (jinja2/matplotlib are imported lazily on purpose)
+# ruff: noqa: PLC0415  (jinja2 is imported lazily on purpose)
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from gpufleet.report import junit, training
+from gpufleet.report import junit, page, training
 from gpufleet.report.aggregate import collect, to_json, training_sections
 from gpufleet.report.model import Summary
-from gpufleet.results import BandwidthRow
 from gpufleet.units import human_size
 
-SUMMARY_FILES = ("summary.json", "summary.md", "bandwidth.png", "junit.xml")
+#: the files ``gpufleet report summary`` writes into the run folder (every path that makes a
+#: report goes through :func:`write_report`)
+SUMMARY_FILES = ("summary.json", "summary.md", "index.html", "junit.xml")
 
 
 #: above this many nodes summary.md lists each node's records that did not pass (with the
@@ -61,128 +62,6 @@ def render_markdown(s: Summary, data: dict[str, Any] | None = None) -> str:
     )
     view = markdown_view(to_json(s) if data is None else data)
     return env.get_template("summary.md.j2").render(s=view)
-
-
-#: above this many single-node series, bandwidth.png draws their spread (min to max and the
-#: median per size) and only the SLOWEST_SHOWN slowest nodes as lines: a legend of 1000
-#: nodes is unreadable and costs minutes to lay out
-MAX_NODE_LINES = 8
-SLOWEST_SHOWN = 3
-
-
-def _bandwidth_series(s: Summary) -> dict[str, list[BandwidthRow]]:
-    series: dict[str, list[BandwidthRow]] = {}
-    for kind, node, row in s.bandwidth():
-        what = {"allreduce": "cluster", "smoke": "single-node"}.get(kind, kind)
-        label = f"{what} ({node}, n={row.world_size}, {row.backend})"
-        series.setdefault(label, []).append(row)
-    return {k: sorted(v, key=lambda r: r.size_bytes) for k, v in sorted(series.items())}
-
-
-def _fold_single_node(
-    series: dict[str, list[BandwidthRow]],
-) -> tuple[dict[str, list[BandwidthRow]], dict[int, list[float]]]:
-    """Series to draw as lines and, when the single-node series are too many, the busbw of
-    every node per message size (drawn as a band); the slowest nodes at the largest size
-    stay lines, so the one to look at is named."""
-    single = {k: v for k, v in series.items() if k.startswith("single-node")}
-    if len(single) <= MAX_NODE_LINES:
-        return series, {}
-    spread: dict[int, list[float]] = {}
-    for rows in single.values():
-        for r in rows:
-            spread.setdefault(r.size_bytes, []).append(r.busbw)
-    slowest = sorted(single, key=lambda k: (single[k][-1].busbw, k))[:SLOWEST_SHOWN]
-    keep = {k: v for k, v in series.items() if k not in single or k in slowest}
-    return keep, spread
-
-
-def plot_bandwidth(s: Summary, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-    series, spread = _fold_single_node(_bandwidth_series(s))
-    if spread:
-        xs = sorted(spread)
-        ax.fill_between(
-            xs,
-            [min(spread[x]) for x in xs],
-            [max(spread[x]) for x in xs],
-            color="grey",
-            alpha=0.25,
-            label=f"busbw single-node, {len(spread[xs[-1]])} nodes: min to max",
-        )
-        ax.plot(
-            xs,
-            [sorted(spread[x])[len(spread[x]) // 2] for x in xs],
-            color="grey",
-            label="busbw single-node: median",
-        )
-    for label, rows in series.items():
-        xs = [r.size_bytes for r in rows]
-        (line,) = ax.plot(xs, [r.busbw for r in rows], marker="o", label=f"busbw {label}")
-        ax.plot(
-            xs,
-            [r.algbw for r in rows],
-            marker=".",
-            linestyle="--",
-            alpha=0.6,
-            color=line.get_color(),
-            label=f"algbw {label}",
-        )
-    gates = [
-        f.meta["threshold"] for nr in s.nodes.values() for f in nr.files if f.meta.get("threshold")
-    ]
-    threshold = gates[0] if gates else None
-    if threshold:
-        ax.axhline(float(threshold), color="red", linestyle=":", label=f"gate {threshold} GB/s")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("GB/s (10^9)")
-    ax.set_title(f"all-reduce bandwidth, run {s.run_id}")
-    ax.grid(True, which="both", alpha=0.3)
-    if series:
-        ax.legend(fontsize=7)
-    else:
-        ax.text(0.5, 0.5, "no bandwidth rows in this run", ha="center", transform=ax.transAxes)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-def plot_pairs(s: Summary, path: Path) -> Path | None:
-    """pairs.png: the pair sweep's busbw as a nodes x nodes heatmap (None: no sweep)."""
-    if not s.pairs:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    rows = s.pairs["rows"]
-    names = sorted({str(r[k]) for r in rows for k in ("a", "b")})
-    at = {n: i for i, n in enumerate(names)}
-    grid = np.full((len(names), len(names)), np.nan)
-    for r in rows:
-        i, j = at[str(r["a"])], at[str(r["b"])]
-        grid[i, j] = grid[j, i] = float(r["busbw"])
-    side = min(12.0, 3 + 0.25 * len(names))
-    fig, ax = plt.subplots(figsize=(side, side), dpi=100)
-    im = ax.imshow(grid, cmap="viridis", interpolation="nearest")
-    fig.colorbar(im, ax=ax, label="busbw GB/s (10^9)")
-    if len(names) <= 64:
-        ax.set_xticks(range(len(names)), names, rotation=90, fontsize=6)
-        ax.set_yticks(range(len(names)), names, fontsize=6)
-    ax.set_title(f"pair all-reduce busbw, run {s.run_id}")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
 
 
 def table(s: Summary) -> str:
@@ -239,6 +118,8 @@ def table(s: Summary) -> str:
 
 
 def write_report(run_dir: str | os.PathLike[str], *, plot: bool = True) -> Summary:
+    """Every file of SUMMARY_FILES from one ``to_json`` of the run; ``plot`` False leaves the
+    pictures (inline SVG) out of index.html."""
     s = collect(run_dir)
     data = to_json(s)
     # one line: json's C encoder, where indent=2 takes the pure-Python one (half of the
@@ -246,10 +127,9 @@ def write_report(run_dir: str | os.PathLike[str], *, plot: bool = True) -> Summa
     text = json.dumps(data, default=str) + "\n"
     junit.write_bytes_atomic(s.run_dir / "summary.json", text.encode("utf-8"))
     (s.run_dir / "summary.md").write_text(render_markdown(s, data), encoding="utf-8")
+    html = page.render_html(data, plot=plot)
+    junit.write_bytes_atomic(s.run_dir / "index.html", html.encode("utf-8"))
     junit.write(s, s.run_dir / junit.FILE)
-    if plot:
-        plot_bandwidth(s, s.run_dir / "bandwidth.png")
-        plot_pairs(s, s.run_dir / "pairs.png")
     return s
 
 

@@ -7,13 +7,20 @@ every check and drags every collective it joins. The figures compared, per node:
   node) at the largest size every node measured; the median of repeated rows of a size;
 - ``train_samples_per_s``: the sum of its ranks' samples/s in the cluster training step
   (train.json ``meta.ranks``, matched by host name);
+- ``compute_tflops``: the node's matmul figure (compute.json from ``gpufleet compute``: the
+  median over its devices of the bf16 figure on GPUs, float32 on the CPU;
+  :meth:`gpufleet.node.compute.NodeCompute.node_tflops`);
 - ``pair_busbw``: from verify's pair sweep (two-node all-reduces on the pairs of
   gpufleet.report.pairs, each leaving ``pair-<round>-<index>.json`` on both its nodes), or a
   ``pairs.json`` (kind ``pairs``, ``meta.pairs``: ``[{a, b, size_bytes, busbw}]``): the
   median busbw of the node's pairs, and the node is slow there only when every pair it is
   in is slow (one slow link slows one pair, a slow node all).
 
-A figure is slow below ``ratio x the fleet median``: RATIO["cpu"] = 0.33 for CPU/gloo runs
+A figure is slow below ``ratio x the fleet median``. The compute figure has its own ratios
+(FIGURE_RATIO): 0.9 on GPUs (a node whose median GPU is more than 10 % below the fleet's:
+gpu-fryer's margin, https://github.com/huggingface/gpu-fryer), 0.2 on CPU nodes (three
+testbed nodes measuring at once on two shared cores differ by 2x; a CPU throttled to a
+tenth is far below). Every other figure: RATIO["cpu"] = 0.33 for CPU/gloo runs
 (on two shared cores healthy nodes' local busbw differed 3x), RATIO["gpu"] = 0.8 for
 GPU/NCCL runs, whose figures are stable. No comparison runs with fewer than MIN_NODES nodes
 having the figure. The evidence is in two groups, local (``local_busbw``) and cross-node
@@ -21,7 +28,9 @@ having the figure. The evidence is in two groups, local (``local_busbw``) and cr
 a throttled link or NIC shows only there, and a pair figure is already two measurements (a
 node is slow there only when every pair it is in is slow); a low local figure then adds to
 the evidence but names nobody on its own (noise in one measurement names nobody). Without
-cross-node figures the local one decides. A named node is a
+cross-node figures the local one decides. The compute figure is evidence of its own kind (a
+throttled GPU or CPU computes slowly whatever the links do): it names a node by itself. A
+named node is a
 warning (the run still passes) unless a figure is also under its floor (the threshold the
 suite recorded for it), which fails.
 """
@@ -33,16 +42,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from gpufleet.node.compute import NodeCompute
 from gpufleet.report.model import Summary
 from gpufleet.results import Record, ResultFile
 
 RATIO = {"cpu": 0.33, "gpu": 0.8}
+FIGURE_RATIO = {"compute_tflops": {"cpu": 0.2, "gpu": 0.9}}
 #: result kind of one pair launch of verify's pair sweep: pair-<round>-<index>
 PAIR_KIND_PREFIX = "pair-"
 MIN_NODES = 3
 LOCAL = ("local_busbw",)
 CROSS = ("pair_busbw", "train_samples_per_s")
-UNITS = {"local_busbw": "GB/s", "pair_busbw": "GB/s", "train_samples_per_s": "samples/s"}
+#: figures that name a node by themselves
+SELF = ("compute_tflops",)
+UNITS = {"local_busbw": "GB/s", "pair_busbw": "GB/s", "train_samples_per_s": "samples/s",
+         "compute_tflops": "TFLOP/s"}  # fmt: skip
 REMEDY = (
     "compare this node with a healthy one: nvidia-smi -q -d PERFORMANCE,CLOCK (throttle "
     "reasons), nvidia-smi topo -m and the PCIe link (checks pcie_link), the NIC's rate "
@@ -57,7 +71,9 @@ class Figure:
     value: float
     floor: float | None = None
     all_pairs_slow: bool | None = None  # pair_busbw only
-    reference: float | None = None  # pair_busbw: the median of the pairs without this node
+    #: pair_busbw: the median of the pairs without this node; compute_tflops: the median of
+    #: the nodes of the same device model
+    reference: float | None = None
 
 
 def local_busbw(files: Iterable[tuple[str, ResultFile]]) -> list[Figure]:
@@ -96,6 +112,29 @@ def train_rates(files: Iterable[tuple[str, ResultFile]], nodes: set[str]) -> lis
                 total[host] = total.get(host, 0.0) + float(rate)
         return [Figure(n, "train_samples_per_s", v) for n, v in sorted(total.items())]
     return []
+
+
+def compute_figures(files: Iterable[tuple[str, ResultFile]]) -> list[Figure]:
+    """Each node's matmul figure from its compute result, with the median of the nodes of
+    its device model as its reference (an A100 node is never compared with H100 nodes);
+    a model with fewer than MIN_NODES nodes is compared with nothing."""
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for node, f in files:
+        if f.kind != "compute":
+            continue
+        nc = NodeCompute.from_meta(node, f.meta)
+        value = nc.node_tflops()
+        if value is not None:
+            model = nc.sdc_key.model if nc.sdc_key else ""
+            dtypes = ",".join(sorted({fig.dtype for fig in nc.primary()}))
+            groups.setdefault(f"{model} {dtypes}", []).append((node, value))
+    out = []
+    for members in groups.values():
+        if len(members) < MIN_NODES:
+            continue
+        ref = statistics.median(v for _, v in members)
+        out += [Figure(node, "compute_tflops", v, reference=ref) for node, v in members]
+    return out
 
 
 def launched_pair_rows(files: Iterable[tuple[str, ResultFile]]) -> list[dict[str, Any]]:
@@ -170,14 +209,20 @@ def find(s: Summary) -> list[Record]:
     modes = {
         f.mode
         for _, f in files
-        if f.kind in ("smoke", "allreduce", "pairs", "train") or f.kind.startswith(PAIR_KIND_PREFIX)
+        if f.kind in ("smoke", "allreduce", "pairs", "train", "compute")
+        or f.kind.startswith(PAIR_KIND_PREFIX)
     }
     mode = "gpu" if modes == {"gpu"} else "cpu"
     ratio = RATIO[mode]
     rows = pair_rows(files)
     if rows:
         s.pairs = {"rows": rows, "ratio": ratio}
-    figures = [*local_busbw(files), *train_rates(files, set(s.nodes)), *pair_figures(rows, ratio)]
+    figures = [
+        *local_busbw(files),
+        *train_rates(files, set(s.nodes)),
+        *pair_figures(rows, ratio),
+        *compute_figures(files),
+    ]
     figures = [f for f in figures if f.node in s.nodes]  # a pair row may name a stranger
     by_figure: dict[str, list[Figure]] = {}
     for fig in figures:
@@ -186,7 +231,7 @@ def find(s: Summary) -> list[Record]:
     if not compared:
         s.slow_reason = (
             f"no figure measured on {MIN_NODES} or more nodes (local busbw, training "
-            "samples/s, pair sweep): no comparison"
+            "samples/s, pair sweep, compute): no comparison"
         )
         return []
     medians = {k: statistics.median(f.value for f in v) for k, v in compared.items()}
@@ -196,21 +241,35 @@ def find(s: Summary) -> list[Record]:
             slow = (
                 bool(fig.all_pairs_slow)
                 if fig.all_pairs_slow is not None
-                else (fig.value < ratio * medians[k])
+                else fig.value
+                < FIGURE_RATIO.get(k, RATIO)[mode]
+                * (fig.reference if fig.reference is not None else medians[k])
             )
             verdicts.setdefault(fig.node, {})[k] = (fig, slow)
     s.slow_reason = (
         f"{len(verdicts)} nodes compared with the fleet median ({', '.join(sorted(compared))}); "
         f"slow below {ratio} x median ({mode} mode)"
+        + "".join(
+            f"; {k} below {FIGURE_RATIO[k][mode]} x median"
+            for k in sorted(compared)
+            if k in FIGURE_RATIO
+        )
     )
     out: list[Record] = []
     for node, mine in sorted(verdicts.items()):
         local = [mine[k] for k in LOCAL if k in mine]
         cross = [mine[k] for k in CROSS if k in mine]
+        own = [mine[k] for k in SELF if k in mine]
         # the cross-node figures decide where there are any (a slow link shows only there;
-        # a local figure alone, noisy on shared CPUs, names nobody); else the local one
-        named = any(slow for _, slow in (cross or local))
-        evidence = [fig for fig, slow in (*cross, *local) if slow] if named else []
+        # a local figure alone, noisy on shared CPUs, names nobody); else the local one; a
+        # slow compute figure names the node by itself
+        links = any(slow for _, slow in (cross or local))
+        named = links or any(slow for _, slow in own)
+        evidence = (
+            [fig for fig, slow in (*own, *((*cross, *local) if links else ())) if slow]
+            if named
+            else []
+        )
         if not evidence:
             out.append(_record(node, "pass", "no figure below the fleet median's ratio", []))
             continue

@@ -4,7 +4,7 @@ Formulas (NVIDIA/nccl-tests ``doc/PERFORMANCE.md``)::
 
     algbw = size_bytes / time_s / 1e9                      (GB/s, 10^9 bytes)
     busbw = algbw * factor(n)   all_reduce: 2(n-1)/n; reduce_scatter, all_gather,
-                                all_to_all: (n-1)/n; broadcast, reduce: 1
+                                alltoall: (n-1)/n; broadcast, reduce, sendrecv: 1
 
 ``time`` of one size is the per-iteration mean over the timed iterations, taken as the
 **maximum over ranks** (the slowest rank bounds a collective), which is how nccl-tests
@@ -37,9 +37,11 @@ BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
     "all_to_all": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
 }
 
 DTYPE_SIZES: dict[str, int] = {
@@ -85,8 +87,9 @@ def make_row(
     backend: str,
     *,
     wrong: int = 0,
+    op: str = "all_reduce",
 ) -> BandwidthRow:
-    """A BandwidthRow from a measured per-iteration time (seconds)."""
+    """A BandwidthRow of collective ``op`` from a measured per-iteration time (seconds)."""
     elem = DTYPE_SIZES[dtype]
     alg = algbw_gbs(size_bytes, time_s)
     return BandwidthRow(
@@ -95,10 +98,11 @@ def make_row(
         dtype=dtype,
         time_us=round(time_s * 1e6, 3),
         algbw=_sig(alg),
-        busbw=_sig(busbw_gbs(alg, world_size)),
+        busbw=_sig(busbw_gbs(alg, world_size, op)),
         world_size=world_size,
         backend=backend,
         wrong=wrong,
+        op=op,
     )
 
 
@@ -311,7 +315,7 @@ def run_sweep(
             dist.all_reduce(buf)
         sync()
         dist.barrier()
-        times = _timed_iters(
+        times = timed_iters(
             functools.partial(dist.all_reduce, buf), iters, device if cuda else None
         )
         local = sum(times) / max(1, len(times))
@@ -341,7 +345,7 @@ def run_sweep(
     return rows
 
 
-def _timed_iters(op: Callable[[], Any], iters: int, cuda_device: Any) -> list[float]:
+def timed_iters(op: Callable[[], Any], iters: int, cuda_device: Any) -> list[float]:
     """Seconds per call of ``op``: CUDA events around each call on GPU (one host sync at
     the end, so the stream is not stalled between iterations), perf_counter on CPU."""
     import torch

@@ -10,9 +10,14 @@ each (the action plugin ``gpufleet.core.node_job`` sends them with
 - start: the command runs in a session (and process group) of its own, detached from the
   SSH session, stdin from /dev/null, stdout and stderr into ``<dir>/<name>.out`` and
   ``.err``; its PID (= PGID) goes to ``<name>.pid``; when it ends, its exit status is written
-  to ``<name>.rc`` (atomically: written to a temporary file, then renamed);
+  to ``<name>.rc`` (atomically: written to a temporary file, then renamed). With ``--ready
+  FILE SECONDS`` the start returns only once the job created FILE (the pre-check mesh: its
+  listeners are bound), ended, or SECONDS passed;
 - stop (:data:`STOP_SCRIPT`): the process groups its PID files name, as the wait does;
-- wait: until ``<name>.rc`` exists, at most ``max_wait`` seconds; a job that never wrote
+- wait: first creates ``<name>.waited``: the controller has begun waiting for the job here,
+  which, under Ansible's linear strategy, is after the start task ended on every node (the
+  pre-check mesh reads it as "every peer has been started"); then until ``<name>.rc``
+  exists, at most ``max_wait`` seconds; a job that never wrote
   its PID within 10 s did not start, one whose process is gone without an exit status was
   killed; past ``max_wait`` the job's group is stopped (SIGTERM, SIGKILL 3 s later). Then
   whatever is left of the job's process group and of the groups the extra PID files name
@@ -36,14 +41,18 @@ UNKNOWN_RC = -1
 #: at most this much of a job's stdout and stderr comes back (the tail)
 OUTPUT_LIMIT = 256 * 1024
 
-# sh -c START_SCRIPT node-job DIR NAME CMD [ARG...]
-# exit 0 and "started PID", or exit 4 and why on stderr. The job records its own PID once it
-# runs in its session, and the start waits for that (at most 10 s): Ansible runs commands
+# sh -c START_SCRIPT node-job DIR NAME [--ready FILE SECONDS] CMD [ARG...]
+# exit 0, "started PID" (with --ready: "ready yes|no", once FILE exists, the job ended or
+# SECONDS passed) and "at EPOCH_SECONDS", or exit 4 and why on stderr. The job records
+# its own PID once it runs in its session, and the start waits for that (at most 10 s):
+# Ansible runs commands
 # on a pty (ssh -tt), whose end hangs up the session it leaves behind, and a job still in
 # that session would go with it.
 START_SCRIPT = r"""
 set -u
 d=$1; n=$2; shift 2
+ready=; ready_s=0
+if [ "${1:-}" = --ready ]; then ready=$2; ready_s=$3; shift 3; fi
 command -v setsid >/dev/null 2>&1 || {
     echo "setsid (util-linux) is not installed on this node" >&2; exit 4; }
 mkdir -p -- "$d" || exit 4
@@ -58,6 +67,13 @@ while [ ! -s "$j.pid" ] && [ "$i" -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
 pid=$(cat "$j.pid" 2>/dev/null) || pid=
 [ -n "$pid" ] || { echo "the job did not record its PID in $j.pid within 10 s" >&2; exit 4; }
 echo "started $pid"
+if [ -n "$ready" ]; then
+    i=0; lim=$((ready_s * 20))
+    while [ ! -e "$ready" ] && [ ! -e "$j.rc" ] && [ "$i" -lt "$lim" ]; do
+        sleep 0.05; i=$((i + 1)); done
+    if [ -e "$ready" ]; then echo "ready yes"; else echo "ready no"; fi
+fi
+echo "at $(date +%s)"
 """
 
 # shell functions of WAIT_SCRIPT and STOP_SCRIPT: whether a process or a process group is
@@ -101,6 +117,7 @@ WAIT_SCRIPT = (
     + _GROUP_FUNCTIONS
     + r"""
 j=$1/$2; max=$3; shift 3
+: >"$j.waited" 2>/dev/null || true
 limit=$(( max * 4 )); t=0; state=done
 while [ ! -e "$j.rc" ]; do
   pid=$(cat "$j.pid" 2>/dev/null) || pid=
@@ -148,13 +165,38 @@ _STATES = {
 }
 
 
+def _rests(stdout: str, word: str) -> list[str]:
+    """The rest of each line of the start script's output that begins with ``word``."""
+    out = []
+    for line in stdout.splitlines():
+        first, _, rest = line.strip().partition(" ")
+        if first == word:
+            out.append(rest.strip())
+    return out
+
+
+def _whole(stdout: str, word: str) -> int | None:
+    """The first whole number a ``word`` line carries; None when no such line has one."""
+    return next((int(r) for r in _rests(stdout, word) if r.isdigit()), None)
+
+
 def started_pid(stdout: str) -> int | None:
     """The PID the start script printed, None when it printed none."""
-    for line in stdout.splitlines():
-        word, _, rest = line.strip().partition(" ")
-        if word == "started" and rest.strip().isdigit():
-            return int(rest.strip())
-    return None
+    return _whole(stdout, "started")
+
+
+def became_ready(stdout: str) -> bool | None:
+    """With --ready: whether the job made its ready file before the start returned; None
+    when the start waited for none."""
+    ready = _rests(stdout, "ready")
+    return ready[0] == "yes" if ready else None
+
+
+def started_at(stdout: str) -> int | None:
+    """When the job started, in seconds since the epoch by the node's clock (the start
+    script's ``at`` line); None when it printed none. verify compares the nodes' times: how
+    far apart the controller's starts landed (the start spread)."""
+    return _whole(stdout, "at")
 
 
 def _decode(text: str) -> str:

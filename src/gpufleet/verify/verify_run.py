@@ -20,17 +20,16 @@ argv elements, never through a shell.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from gpufleet.errors import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, RefusedError
+from gpufleet.results import flock_acquire
 from gpufleet.verify import run_id as runid
 
 #: Printed by the verify play once the check play passed: after it, a failure is a failure
@@ -47,22 +46,13 @@ def controller_lock(path: Path, wait_s: float, say: IO[str]) -> Iterator[None]:
     """``flock`` on ``path``: at once, or after waiting up to ``wait_s`` seconds."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not flock_acquire(fh, 0, 0.5):
             print(f">> another make verify holds {path}: waiting up to {wait_s:g}s", file=say)
-            deadline = time.monotonic() + wait_s
-            while True:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise LockBusy(
-                            f"refused: another make verify still runs on these nodes after "
-                            f"{wait_s:g}s ({path}) -> wait for it, or raise VERIFY_LOCK_WAIT"
-                        ) from None
-                    time.sleep(0.5)
+            if not flock_acquire(fh, wait_s, 0.5):
+                raise LockBusy(
+                    f"refused: another make verify still runs on these nodes after "
+                    f"{wait_s:g}s ({path}) -> wait for it, or raise VERIFY_LOCK_WAIT"
+                )
         yield
 
 
@@ -124,7 +114,7 @@ def run(
         return Outcome(run_id, EXIT_FAILED, "no-report", summary)
     status = str(json.loads(summary.read_text(encoding="utf-8")).get("status", "fail"))
     print(
-        f">> report: {summary.parent / 'summary.md'} (summary.json, bandwidth.png; "
+        f">> report: {summary.parent / 'index.html'} (summary.md, summary.json, junit.xml; "
         f"reports/latest): {status}",
         file=say,
     )

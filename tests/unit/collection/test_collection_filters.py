@@ -680,3 +680,30 @@ def test_plan_check_and_plan_request_normalise_alike(archs: Any) -> None:
     direct = make_plan(PlanRequest.from_mapping({"torch": "2.13.0", "gpu_archs": archs}))
     assert F.plan_check("2.13.0", gpu_archs=archs)["plan"] == direct.to_dict()
     assert direct.gpu_archs == ["sm_80", "sm_90"]
+
+
+def test_verify_tier_gives_the_steps_and_budget() -> None:
+    quick = V.verify_tier("quick", "30m")
+    assert (quick["cluster"], quick["budget_s"], quick["duration_s"]) == (False, 60, 0)
+    burn = V.verify_tier("burnin", "2m")
+    assert burn["burnin"] and burn["duration_s"] == 120 and burn["budget_s"] > 120
+
+
+def test_verify_tier_refusals_name_the_variable() -> None:
+    tier = V.FilterModule().filters()["verify_tier"]
+    with pytest.raises(AnsibleFilterError, match="verify_burnin_duration='2x' is refused"):
+        tier("burnin", "2x")
+    with pytest.raises(AnsibleFilterError, match="verify_tier='fast'"):
+        tier("fast")
+
+
+def test_pair_kinds_name_each_pairs_file_and_its_first_node() -> None:
+    rounds = V.pair_rounds(["a", "b", "c"])
+    assert V.pair_kinds(rounds, "ibbw") == {"ibbw-1-0": ["a"], "ibbw-2-0": ["b"], "ibbw-3-0": ["c"]}
+
+
+def test_nvidia_smi_problems_read_the_driver_version() -> None:
+    smi = "0, NVIDIA H100 80GB HBM3, 580.95.05\n"
+    assert F.nvidia_smi_problems(smi, "n1", "580.95.05", "580", "525.60.13") == []
+    (msg,) = F.nvidia_smi_problems(smi, "n1", "590.44.01", None, None)
+    assert "installed module is 590.44.01" in msg

@@ -228,6 +228,12 @@ def test_defaults_of_every_role_pass() -> None:
         "verify": {"verify_probe_port": 29499, "verify_busbw_min": 0, "verify_run_id": "20260101T000000Z",
                    "verify_work_dir": "/var/lib/gpufleet/runs", "verify_suites_dir": "/var/lib/gpufleet/suites"},
         "cuda_toolkit": {"cuda_toolkit_extra_packages": ["cuda-nsight-systems-12-8"]},
+        "slurm_health": {"slurm_health_textfile_dir": "/var/lib/node_exporter",
+                         "slurm_health_drain_after": 2},
+        "health_timer": {"health_timer_interval": "5min", "health_timer_timeout": 60,
+                         "health_timer_textfile_dir": "/var/lib/node_exporter",
+                         "health_timer_output": "/var/lib/gpufleet/health.json",
+                         "health_timer_python": ""},
     }  # fmt: skip
     for role, vals in values.items():
         assert boundary.input_problems(vals, role) == [], role
@@ -662,3 +668,51 @@ def test_controller_machine_id_paths_default_is_accepted() -> None:
         "nvidia_driver_controller_machine_id_paths": ["/etc/machine-id", "/var/lib/dbus/machine-id"]
     }
     assert boundary.input_problems(values, "nvidia_driver") == []
+
+
+# --------------------------------------------------------------------------- health between runs
+
+
+@pytest.mark.parametrize(
+    "path", ["var/lib/node_exporter", "/var/lib/../../etc", "/", "/var", "./x", "", "/a dir/x"]
+)
+def test_a_textfile_directory_relative_with_dotdot_or_top_level_is_refused(path: str) -> None:
+    with pytest.raises(BoundaryError, match=r"an absolute directory path without '\.\.'"):
+        boundary.check_write_dir(path, "health_timer_textfile_dir")
+
+
+@pytest.mark.parametrize(
+    ("path", "normal"),
+    [("/var/lib/node_exporter", "/var/lib/node_exporter"),
+     ("/var/lib/prometheus/node-exporter/", "/var/lib/prometheus/node-exporter")],
+)  # fmt: skip
+def test_textfile_directories_pass_normalised(path: str, normal: str) -> None:
+    assert boundary.check_write_dir(path, "x") == normal
+
+
+@pytest.mark.parametrize("span", ["0", "5", "9s", "8 days", "5 mins", "soon", "5min;reboot", True])
+def test_timer_intervals_outside_10s_to_7d_or_not_a_span_are_refused(span: object) -> None:
+    with pytest.raises(BoundaryError, match=r"a systemd time span .* from 10 s to 604800 s"):
+        boundary.check_timespan(span, "health_timer_interval", 10, 7 * 86400)
+
+
+def test_the_timer_rules_of_the_role_name_the_variable() -> None:
+    problems = boundary.input_problems(
+        {"health_timer_interval": "0", "health_timer_textfile_dir": "x/y",
+         "health_timer_timeout": 0},
+        "health_timer",
+        "node1",
+    )  # fmt: skip
+    assert len(problems) == 3, problems
+    assert any("health_timer_interval" in p and "'0'" in p for p in problems)
+    assert any("health_timer_textfile_dir" in p and "'x/y'" in p for p in problems)
+    assert any("health_timer_timeout" in p and "1-3600" in p for p in problems)
+    drain = boundary.input_problems({"slurm_health_drain_after": 0}, "slurm_health", "node1")
+    assert len(drain) == 1 and "slurm_health_drain_after" in drain[0] and "1-100" in drain[0]
+
+
+def test_the_timer_needs_a_textfile_directory_only_when_it_is_on() -> None:
+    on = {"health_timer_install": True, "health_timer_textfile_dir": ""}
+    (problem,) = boundary.input_problems(on, "health_timer", "node1")
+    assert "health_timer_textfile_dir" in problem and "textfile directory" in problem
+    assert boundary.input_problems({**on, "health_timer_install": False}, "health_timer") == []

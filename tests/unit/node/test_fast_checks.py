@@ -146,7 +146,8 @@ def test_a_failing_node_is_drained_with_the_check_as_reason(tmp_path: Path) -> N
     out = tmp_path / "health.json"
     r = health(
         ["--slurm", "--slurm-node", "gpu7", "--manifest", str(manifest(tmp_path)),
-         "--nvml-recording", str(RECORDINGS / "gpu-missing.json"), "--output", str(out)],
+         "--nvml-recording", str(RECORDINGS / "gpu-missing.json"), "--output", str(out),
+         "--state", str(tmp_path / "state.json")],
         env,
     )  # fmt: skip
     assert r.returncode == 1, r.stdout + r.stderr
@@ -163,7 +164,8 @@ def test_gpufleets_own_drain_is_resumed_when_healthy(tmp_path: Path) -> None:
     )
     r = health(
         ["--slurm", "--slurm-node", "gpu7", "--manifest", str(manifest(tmp_path)),
-         "--nvml-recording", str(RECORDINGS / "healthy-h100x8.json")],
+         "--nvml-recording", str(RECORDINGS / "healthy-h100x8.json"),
+         "--state", str(tmp_path / "state.json")],
         env,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
@@ -174,7 +176,8 @@ def test_an_admins_drain_is_left_alone(tmp_path: Path) -> None:
     env, log = fake_slurm(tmp_path, "NodeName=gpu7 State=IDLE+DRAIN Reason=DIMM swap [admin@x]")
     r = health(
         ["--slurm", "--slurm-node", "gpu7", "--manifest", str(manifest(tmp_path)),
-         "--nvml-recording", str(RECORDINGS / "healthy-h100x8.json")],
+         "--nvml-recording", str(RECORDINGS / "healthy-h100x8.json"),
+         "--state", str(tmp_path / "state.json")],
         env,
     )  # fmt: skip
     assert r.returncode == 0
@@ -199,7 +202,7 @@ def test_checks_that_hang_are_cut_at_the_timeout_and_are_incomplete(
 
     monkeypatch.setattr(sys, "executable", str(hanging_python(tmp_path)))
     args = cmd.build_args(["--timeout", "1", "--manifest", str(manifest(tmp_path))])
-    recs = cmd._records_bounded(args)
+    recs = cmd._pass_bounded(args).records
     assert [(r.name, r.status) for r in recs] == [("health_timeout", "incomplete")]
     assert "did not finish within 1s" in recs[0].message
     assert "raise --timeout" in recs[0].remedy
@@ -220,16 +223,18 @@ def test_a_timed_out_run_never_drains_and_exits_3(
     out, prom = tmp_path / "health.json", tmp_path / "gpufleet.prom"
     args = cmd.build_args(
         ["--timeout", "1", "--manifest", str(manifest(tmp_path)), "--slurm",
-         "--slurm-node", "gpu7", "--output", str(out), "--textfile", str(prom)]
+         "--slurm-node", "gpu7", "--output", str(out), "--textfile", str(prom),
+         "--state", str(tmp_path / "state.json")]
     )  # fmt: skip
     assert cmd.run(args) == 3
     assert not log.exists()
     data = json.loads(out.read_text())
     assert data["meta"]["slurm"]["action"] == "none"
     assert [r["status"] for r in data["records"]] == ["incomplete"]
-    assert 'gpufleet_check_state{check="health_timeout",state="incomplete"} 1' in (
-        prom.read_text().splitlines()
-    )
+    lines = prom.read_text().splitlines()
+    assert 'gpufleet_health_check_status{check="health_timeout"} 3' in lines  # 3: incomplete
+    assert "gpufleet_health_consecutive_failed_passes 0" in lines
+    assert not any(line.startswith("gpufleet_health_info") for line in lines)  # nothing read
 
 
 def test_a_failure_beside_an_incomplete_check_still_drains(tmp_path: Path) -> None:
@@ -242,7 +247,7 @@ def test_a_failure_beside_an_incomplete_check_still_drains(tmp_path: Path) -> No
     env["PATH"] = f"{tmp_path / 'bin'}"  # scontrol only: neither journalctl nor dmesg
     r = health(
         ["--slurm", "--slurm-node", "gpu7", "--manifest", str(manifest(tmp_path)),
-         "--nvml-recording", str(path)],
+         "--nvml-recording", str(path), "--state", str(tmp_path / "state.json")],
         env,
     )  # fmt: skip
     assert r.returncode == 1, r.stdout + r.stderr
@@ -272,7 +277,7 @@ def test_an_earlier_verdict_reads_as_incomplete_once_stale(tmp_path: Path) -> No
     assert "INCOMPLETE gpu_count: stale: this pass verdict was valid until 2020-01-01" in (
         stale.stdout
     )
-    assert 'gpufleet_check_state{check="gpu_count",state="incomplete"} 1' in prom.read_text()
+    assert 'gpufleet_health_check_status{check="gpu_count"} 3' in prom.read_text().splitlines()
     refused = health(["--read-output", str(out), "--slurm"], env)
     assert refused.returncode == 2 and "--read-output" in refused.stderr
 
@@ -293,3 +298,39 @@ def test_health_and_the_checks_suite_declare_the_shared_options_once() -> None:
     conftest = (REPO / "checks" / "conftest.py").read_text()
     assert "add_node_options(g.addoption)" in conftest
     assert '"--expected-gpus"' not in conftest  # not re-declared by hand
+
+
+# --------------------------------------------------------------------------- the pass's facts
+
+
+def facts_of(tmp_path: Path, recording: str) -> tuple[nodehealth.PassFacts, dict[str, Any]]:
+    rec = json.loads((RECORDINGS / f"{recording}.json").read_text())
+    done = nodehealth.run_pass(manifest_path=manifest(tmp_path), recording=rec)
+    assert done.facts is not None
+    return done.facts, rec
+
+
+def test_a_pass_reports_what_it_read_for_the_metrics(tmp_path: Path) -> None:
+    facts, rec = facts_of(tmp_path, "healthy-h100x8")
+    nvml = rec["nvml"]
+    assert facts.driver == nvml["driver_version"]
+    assert facts.gpus == len(nvml["gpus"]) and set(facts.gpu_figures) == {
+        str(g["index"]) for g in nvml["gpus"]
+    }
+    # the H100 fixture's profile; its GPU count is what the node must have (nothing pinned)
+    assert facts.profile == "hgx-h100-8gpu" and facts.gpus_expected == len(nvml["gpus"])
+    first = nvml["gpus"][0]
+    assert facts.gpu_figures["0"].ecc_volatile_uncorrected == first["ecc_volatile_uncorrected"]
+    assert facts.gpu_figures["0"].nvlink_inactive == sum(not up for up in first["nvlink"].values())
+    assert nodehealth.PassFacts.from_dict(json.loads(json.dumps(facts.to_dict()))) == facts
+
+
+def test_the_facts_follow_the_faults(tmp_path: Path) -> None:
+    xids, _ = facts_of(tmp_path, "xid-recent")
+    assert {48, 79} <= set(xids.xid_events)
+    lost, rec = facts_of(tmp_path, "gpu-lost")
+    unreadable = {str(g["index"]) for g in rec["nvml"]["gpus"] if g.get("error")}
+    assert unreadable and not unreadable & set(lost.gpu_figures)  # nothing read from them
+    pinned, _ = facts_of(tmp_path / "pinned", "gpu-missing")
+    assert pinned.gpus is not None and pinned.gpus_expected is not None
+    assert pinned.gpus < pinned.gpus_expected  # what GpufleetGpuCountBelowProfile reads

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.cli import main
+from gpufleet.commands import cmd_probe
 from gpufleet.errors import RefusedError
 from gpufleet.node import netprobe
 from gpufleet.node.netprobe import free_port
@@ -307,6 +308,69 @@ def test_mesh_waits_for_a_peer_that_starts_late_within_the_start_window(tmp_path
     pb = subprocess.Popen(b, stdout=subprocess.PIPE, text=True)
     outs = [p.communicate(timeout=30)[0] for p in (pa, pb)]
     assert [pa.returncode, pb.returncode] == [0, 0], outs
+
+
+def test_mesh_with_a_started_file_waits_for_a_peer_as_late_as_the_controller_is(
+    tmp_path: Path,
+) -> None:
+    """The controller started b 6 s after a (more than the old fixed window of 4 s): with
+    --started-file, a retries the refused connection until the file appears (the controller's
+    wait began: every node was started) plus --start-grace, so both pass."""
+    port = free_port("127.0.0.1")
+    started = tmp_path / "probe-mesh.waited"
+    extra = ["--started-file", str(started), "--start-grace", "5"]
+    a = _mesh_argv("a", "127.0.0.2", port, 1, tmp_path, f"b=127.0.0.3:{port}:mesh") + extra
+    b = _mesh_argv("b", "127.0.0.3", port, 1, tmp_path, f"a=127.0.0.2:{port}:mesh") + extra
+    a[a.index("--start-window") + 1] = "60"
+    b[b.index("--start-window") + 1] = "60"
+    pa = subprocess.Popen(a, stdout=subprocess.PIPE, text=True)
+    time.sleep(6)
+    pb = subprocess.Popen(b, stdout=subprocess.PIPE, text=True)
+    started.touch()
+    outs = [p.communicate(timeout=60)[0] for p in (pa, pb)]
+    assert [pa.returncode, pb.returncode] == [0, 0], outs
+
+
+def test_mesh_with_a_started_file_names_a_peer_that_never_came_soon_after_the_file(
+    tmp_path: Path,
+) -> None:
+    """Every node was started (the file is there from the start) and a peer never listens: the
+    probe is BLOCKED after --start-grace (2 s) and the peers' tries, far from --start-window
+    (60 s) and --duration."""
+    port, dead = free_port("127.0.0.1"), free_port("127.0.0.1")
+    started = tmp_path / "probe-mesh.waited"
+    started.touch()
+    argv = _mesh_argv("a", "127.0.0.2", port, 1, tmp_path, f"gone=127.0.0.4:{dead}:mesh")
+    argv[argv.index("--start-window") + 1] = "60"
+    argv[argv.index("--duration") + 1] = "120"
+    listening = tmp_path / "probe-listening"
+    argv += ["--started-file", str(started), "--start-grace", "2", "--ready-file", str(listening)]
+    t0 = time.monotonic()
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False)
+    took = time.monotonic() - t0
+    assert r.returncode == 1 and "BLOCKED a -> gone" in r.stdout, r.stdout + r.stderr
+    assert listening.exists(), "the mesh says when its listeners are bound (the start waits)"
+    assert 2 <= took < 15, f"the mesh took {took:.1f} s"
+
+
+def test_the_start_window_moves_to_the_started_file_and_never_past_its_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    marker = tmp_path / "waited"
+    w = cmd_probe.StartWindow(start=100.0, window=60.0, started_file=str(marker), grace=15.0)
+    assert w.until() == 160.0, "no file yet: the cap"
+    clock[0] = 130.0
+    marker.touch()
+    assert w.until() == 145.0, "the file seen at 130: 15 s of grace"
+    clock[0] = 150.0
+    assert w.until() == 145.0, "the time it was first seen counts, not each look"
+    late = cmd_probe.StartWindow(start=100.0, window=60.0, started_file=str(marker), grace=15.0)
+    clock[0] = 155.0
+    assert late.until() == 160.0, "seen at 155: the grace would pass the cap"
+    fixed = cmd_probe.StartWindow(start=100.0, window=4.0, started_file="", grace=15.0)
+    assert fixed.until() == 104.0, "no started file: the fixed window, as before"
 
 
 def _res(target: str, ok: bool, ms: float, role: str = "mesh") -> netprobe.ProbeResult:

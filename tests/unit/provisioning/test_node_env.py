@@ -1,4 +1,5 @@
-"""gpufleet.provisioning.node_env: torch build per wheel variant, mirror URL checks, manifest merge."""
+"""gpufleet.provisioning.node_env: mirror URL checks, manifest merge (the torch build per
+source and variant: tests/unit/planning/test_torch_source.py)."""
 
 from __future__ import annotations
 
@@ -8,77 +9,9 @@ from typing import Any
 
 import pytest
 
+from gpufleet.planning.torch_source import redact_url
 from gpufleet.provisioning import node_env as nodeenv
 from gpufleet.provisioning.node_env import EnvConfigError
-
-PLAN_CU128 = {
-    "torch": "2.13.0",
-    "variant": "cu128",
-    "index_url": "https://download.pytorch.org/whl/cu128",
-    "requirement": "torch==2.13.0",
-    "expected_build": "2.13.0+cu128",
-    "python": "3.11",
-}
-PLAN_PYPI_DEFAULT = {
-    "torch": "2.13.0",
-    "variant": "cu130",
-    "variant_is_default": True,
-    "index_url": "https://pypi.org/simple",
-    "requirement": "torch==2.13.0",
-    "expected_build": "2.13.0",
-}
-
-
-def test_plan_variant_uses_the_plan_verbatim() -> None:
-    wheel = nodeenv.torch_wheel(PLAN_CU128)
-    assert wheel.as_dict() == {
-        "variant": "cu128",
-        "index_url": "https://download.pytorch.org/whl/cu128",
-        "requirement": "torch==2.13.0+cu128",
-        "expected_build": "2.13.0+cu128",
-    }
-
-
-def test_cpu_variant_on_a_gpu_plan_swaps_the_index_segment() -> None:
-    wheel = nodeenv.torch_wheel({**PLAN_CU128, "index_url": "https://mirror/whl/cu128/"}, "cpu")
-    assert wheel.index_url == "https://mirror/whl/cpu"
-    assert wheel.expected_build == "2.13.0+cpu"
-    assert wheel.requirement == "torch==2.13.0+cpu"
-
-
-def test_other_variant_of_a_pypi_default_plan_uses_the_index_root() -> None:
-    wheel = nodeenv.torch_wheel(PLAN_PYPI_DEFAULT, "cpu", "https://mirror.example/whl/")
-    assert wheel.index_url == "https://mirror.example/whl/cpu"
-    assert wheel.expected_build == "2.13.0+cpu"
-
-
-def test_pypi_default_build_has_no_local_label() -> None:
-    wheel = nodeenv.torch_wheel(PLAN_PYPI_DEFAULT)
-    assert wheel.requirement == "torch==2.13.0"
-    assert wheel.index_url == "https://pypi.org/simple"
-
-
-@pytest.mark.parametrize("variant", ["gpu", "cuda12", "cu1", "CPU", "cpu; rm -rf /"])
-def test_unknown_variant_is_refused_naming_the_variable(variant: str) -> None:
-    with pytest.raises(EnvConfigError, match="torch_env_wheel_variant"):
-        nodeenv.torch_wheel(PLAN_CU128, variant)
-
-
-@pytest.mark.parametrize("variant", ["cpu", "cu118", "cu130", "rocm6.4", "xpu"])
-def test_known_variants(variant: str) -> None:
-    assert nodeenv.torch_wheel(PLAN_CU128, variant).variant == variant
-
-
-@pytest.mark.parametrize("missing", ["torch", "variant", "index_url", "expected_build"])
-def test_incomplete_plan_is_refused(missing: str) -> None:
-    plan = {k: v for k, v in PLAN_CU128.items() if k != missing}
-    with pytest.raises(EnvConfigError, match=f"gpufleet_plan has no '{missing}'"):
-        nodeenv.torch_wheel(plan)
-
-
-def test_malformed_torch_version_is_refused() -> None:
-    with pytest.raises(EnvConfigError, match="not a release"):
-        nodeenv.torch_wheel({**PLAN_CU128, "torch": "2.13"})
 
 
 @pytest.mark.parametrize(
@@ -123,7 +56,7 @@ def test_credentials_detection_and_redaction() -> None:
     url = "https://user:s3cret@nexus.example:8443/simple"
     assert nodeenv.has_credentials(url)
     assert not nodeenv.has_credentials("https://nexus.example/simple")
-    assert nodeenv.redact_url(url) == "https://***@nexus.example:8443/simple"
+    assert redact_url(url) == "https://***@nexus.example:8443/simple"
 
 
 def test_untrusted_http_hosts() -> None:

@@ -26,13 +26,17 @@ def _fake(bindir: Path, name: str, body: str) -> None:
     p.chmod(0o755)
 
 
-def _run(tmp: Path, argv: list[str], **fakes: str) -> subprocess.CompletedProcess[str]:
+def _run(
+    tmp: Path, argv: list[str], stdin: str | None = None, **fakes: str
+) -> subprocess.CompletedProcess[str]:
     bindir = tmp / "bin"
     bindir.mkdir(exist_ok=True)
     for name, body in fakes.items():
         _fake(bindir, name, body)
     env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
-    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=30, check=False)
+    return subprocess.run(
+        argv, input=stdin, capture_output=True, text=True, env=env, timeout=30, check=False
+    )
 
 
 def test_the_probe_script_sees_gpus_space_and_installed_builds(tmp_path: Path) -> None:
@@ -75,10 +79,36 @@ def test_a_failing_pci_listing_fails_the_probe(tmp_path: Path) -> None:
 
 def test_inventory_values_are_parameters_not_script_text() -> None:
     evil = "/opt/env'; touch /tmp/pwned; '"
-    argv = preflight.probe_argv("k", True, "http://m/x y", evil, [{"path": evil, "variable": "v"}])
+    url = "http://u:s3cret@m/x y"
+    argv = preflight.probe_argv("k", True, url, evil, [{"path": evil, "variable": "v"}])
     assert argv[:2] == ["bash", "-c"] and evil not in argv[2]
-    assert argv[3:] == ["gpufleet-probe", "k", "1", "--repofrompath=gpufleet-base-probe,http://m/x y",
-                        evil, "v", evil]  # fmt: skip
+    assert argv[3:] == ["gpufleet-probe", "k", "1", "gpufleet-base-probe", evil, "v", evil]
+    assert "s3cret" not in " ".join(argv), "a mirror's URL never goes on the command line"
+
+
+def test_the_base_mirror_reaches_dnf_as_a_private_repository_file(tmp_path: Path) -> None:
+    """The mirror URL's credentials come on stdin and reach dnf as username=/password= in a
+    0600 file beside the system's repositories; the file is gone after the probe."""
+    url = "https://site%40corp:s3cr%3At@mirror.lan/base/9"
+    argv = preflight.probe_argv("k9", True, url, "/nonexistent", [])
+    seen = tmp_path / "dnf-saw"
+    dnf = (
+        f'for a in "$@"; do case "$a" in --setopt=reposdir=*) d=${{a##*,}};; esac; done; '
+        f'{{ echo "$@"; stat -c %a "$d"/gpufleet-base-probe.repo; cat "$d"/gpufleet-base-probe.repo; '
+        f"echo DIR=$d; }} > {seen}; echo kernel-devel-k9"
+    )
+    r = _run(
+        tmp_path, argv, stdin=preflight.probe_repo_file(preflight.BASE_PROBE_REPO, url),
+        lspci="true", rpm="exit 1", dnf=dnf,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert preflight.observe(r.stdout, [])["kernel_devel"] == "available"
+    text = seen.read_text()
+    assert "--setopt=reposdir=/etc/yum.repos.d,/etc/yum/repos.d,/etc/distro.repos.d," in text
+    assert "\n600\n" in text
+    assert "baseurl=https://mirror.lan/base/9" in text
+    assert "username=site@corp" in text and "password=s3cr:t" in text
+    assert not Path(text.split("DIR=")[1].strip()).exists(), "the probe removes its repo file"
 
 
 @pytest.mark.parametrize(
@@ -191,9 +221,62 @@ def test_the_installed_driver_is_planned_against_only_when_asked() -> None:
 
 
 def test_fabricmanager_query_quotes_every_value() -> None:
-    s9 = preflight.fabricmanager_probe_script(9, "http://r/x'y", "580-open", [], ["nvlsm"])
+    s9 = preflight.fabricmanager_probe_script(9, "580-open", [], ["nvlsm"])
     assert "module info --profile nvidia-driver:580-open" in s9
-    assert "'http://r/x'\"'\"'y'" in s9 and "repoquery --qf '%{name} %{version}' nvlsm" in s9
-    s10 = preflight.fabricmanager_probe_script(10, "http://r", "", ["nvidia-fabricmanager"], [])
+    assert "repoquery --qf '%{name} %{version}' nvlsm" in s9
+    assert '--setopt=reposdir="$repodir" --repo=gpufleet-cuda-probe' in s9
+    s10 = preflight.fabricmanager_probe_script(10, "", ["nvidia-fabricmanager"], [])
     assert "module info" not in s10
     assert "repoquery --qf '%{name} %{version}' nvidia-kmod-common nvidia-fabricmanager" in s10
+
+
+def test_a_build_the_configured_source_cannot_serve_is_a_problem_of_the_node() -> None:
+    """cu126 from a PyPI mirror, which carries torch 2.13.0's cu130 build only: refused here,
+    before nvidia_driver runs; the cu130 plan from the same mirror is served."""
+    source = {"index_url": "https://u:pw@nexus.example/repository/pypi-all/simple"}
+    v = preflight.judge(
+        "n3", _inputs(variant="cu126", allow_no_gpu=True, torch_source=source), _seen()
+    )
+    joined = "\n".join(v["problems"])
+    assert v["torch_step"] is None
+    assert joined.startswith("n3: torch_env cannot install the planned torch build:")
+    assert "gpufleet_pip_index_url='https://***@nexus.example/repository/pypi-all/simple'" in joined
+    assert "pw" not in joined
+    served = preflight.judge("n3", _inputs(allow_no_gpu=True, torch_source=source), _seen())
+    assert served["problems"] == []
+    assert served["torch_step"]["requirement"] == "torch===2.13.0"
+
+
+def test_a_lock_of_another_build_is_a_problem_of_the_node() -> None:
+    from gpufleet.planning import torch_lock as TL
+
+    pin = TL.wheel_pin("torch-2.13.0+cu126-cp311-cp311-manylinux_2_28_x86_64.whl", "a" * 64)
+    text = TL.render(
+        {"torch": "2.13.0", "variant": "cu126", "cuda": "12.6", "python": "3.11"}, [pin]
+    )
+    v = preflight.judge(
+        "n4",
+        _inputs(allow_no_gpu=True, torch_lock="site.lock", torch_lock_text=text),
+        _seen(),
+    )
+    joined = "\n".join(v["problems"])
+    assert (
+        "gpufleet_torch_lock site.lock was made for variant 'cu126', the plan needs 'cu130'"
+        in joined
+    )
+    assert "gpufleet_torch_lock site.lock pins torch 2.13.0+cu126" in joined
+
+
+def test_free_space_counts_a_pypi_build_as_installed() -> None:
+    disks = [{"path": "/opt", "required_mb": 10, "free_mb": 5, "variable": "preflight_env_free_mb"}]
+    source = {"source": "pypi"}
+    done = preflight.judge(
+        "n", _inputs(allow_no_gpu=True, torch_source=source),
+        _seen(disks=disks, installed_torch=["torch-2.13.0.dist-info"]),
+    )  # fmt: skip
+    assert done["problems"] == []
+    other = preflight.judge(
+        "n", _inputs(allow_no_gpu=True, torch_source=source),
+        _seen(disks=disks, installed_torch=["torch-2.13.0+cpu.dist-info"]),
+    )  # fmt: skip
+    assert any("MiB free" in p for p in other["problems"])

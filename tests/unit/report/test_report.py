@@ -73,14 +73,16 @@ def test_collect_turns_missing_results_into_named_failures(run_dir: Path) -> Non
     assert s.status == "fail"
 
 
-def test_write_report_renders_all_three_files(
+def test_write_report_renders_every_summary_file(
     run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     rc = main(["report", "summary", str(run_dir), "--latest"])
     assert rc == 1
     for name in report.SUMMARY_FILES:
         assert (run_dir / name).stat().st_size > 0, name
-    assert (run_dir / "bandwidth.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (run_dir / "index.html").read_text()
+    assert page.startswith("<!doctype html>") and "<b>FAIL</b>" not in page
+    assert '<div class="big">FAIL</div>' in page and 'data-node="n2"' in page
     data = json.loads((run_dir / "summary.json").read_text())
     assert data["status"] == "fail"
     assert data["exit_code"] == 1
@@ -92,7 +94,7 @@ def test_write_report_renders_all_three_files(
     md = (run_dir / "summary.md").read_text()
     assert "## Failures" in md
     assert "n3" in md
-    assert "bandwidth.png" in md
+    assert "[index.html](index.html)" in md and "index.html#bandwidth" in md
     out = capsys.readouterr().out
     assert "FAIL" in out
     assert "n2" in out

@@ -1,6 +1,6 @@
 """The report of a large run stays readable: summary.md lists each node's records that did
-not pass (above DETAIL_NODES nodes), bandwidth.png draws the nodes' spread and names the
-slowest (above MAX_NODE_LINES single-node series). summary.json keeps every record."""
+not pass (above DETAIL_NODES nodes), index.html's single-node chart draws the nodes' spread
+and names the slowest (above page.MAX_LINES series). summary.json keeps every record."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from gpufleet import report
-from gpufleet.report import render
+from gpufleet.report import page, render
 from gpufleet.results import Record, ResultFile
 from gpufleet.verify import bandwidth as bench
 
@@ -53,16 +53,18 @@ def test_a_small_run_lists_every_record(tmp_path: Path) -> None:
 
 
 def test_many_nodes_are_drawn_as_a_spread_with_the_slowest_named(tmp_path: Path) -> None:
-    d = _run(tmp_path, render.MAX_NODE_LINES + 1, slow="h004")
-    series = render._bandwidth_series(report.collect(d))
-    lines, spread = render._fold_single_node(series)
-    assert len(lines) == render.SLOWEST_SHOWN
-    assert next(iter(sorted(lines, key=lambda k: lines[k][-1].busbw))).startswith(
-        "single-node (h004,"
-    )
-    assert len(spread[2**26]) == render.MAX_NODE_LINES + 1
-    assert min(spread[2**26]) < max(spread[2**26]) / 5
-    few = dict(list(series.items())[: render.MAX_NODE_LINES])
-    assert render._fold_single_node(few) == (few, {})
-    report.write_report(d)  # and the picture is drawn
-    assert (d / "bandwidth.png").stat().st_size > 0
+    d = _run(tmp_path, page.MAX_LINES + 1, slow="h004")
+    report.write_report(d)
+    data = json.loads((d / "summary.json").read_text())
+    (chart,) = page.bandwidth_charts(data)  # the smoke rows only: one source, one chart
+    assert chart in (d / "index.html").read_text()  # the page draws it from summary.json
+    assert f"{page.MAX_LINES + 1} series: lowest to highest" in chart
+    assert chart.count("<polyline") == page.SLOWEST_SHOWN + 1  # the lines and the band's median
+    assert "h004 (8 ranks, nccl, smoke)" in chart  # the slow one is named
+    named = [
+        n for n in (f"h{i:03d}" for i in range(page.MAX_LINES + 1)) if f"{n} (8 ranks" in chart
+    ]
+    assert len(named) == page.SLOWEST_SHOWN
+    few = {**data, "bandwidth": [r for r in data["bandwidth"] if r["node"] != "h000"]}
+    (chart,) = page.bandwidth_charts(few)
+    assert "series: lowest to highest" not in chart and chart.count("<polyline") == page.MAX_LINES

@@ -103,7 +103,10 @@ def test_a_pair_sweep_names_the_node_all_of_whose_pairs_are_slow(tmp_path: Path)
     # n4 and n6 are in one slow pair each (with n5): only n5 has every pair slow
     assert [(f["node"], f["figure"]) for f in s.slow_nodes] == [("n5", "pair_busbw")]
     assert s.slow_nodes[0]["ratio"] == pytest.approx(1 / 3, abs=1e-3)
-    assert (d / "pairs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (d / "index.html").read_text()
+    # n5's two pairs, each drawn in both halves of the grid, each cell with its tooltip
+    assert 'class="heatmap"' in page
+    assert page.count("<title>n4 + n5: ") + page.count("<title>n5 + n6: ") == 4
 
 
 def test_local_and_cross_evidence_must_agree(tmp_path: Path) -> None:
@@ -146,7 +149,7 @@ def test_a_throttled_link_is_named_by_the_pair_sweep_alone(tmp_path: Path) -> No
     assert s.slow_nodes[0]["median"] == pytest.approx(1.0)
     assert s.pairs is not None and len(s.pairs["rows"]) == len(nodes)
     assert {r["size_bytes"] for r in s.pairs["rows"]} == {2**23}
-    assert (d / "pairs.png").is_file()
+    assert 'class="heatmap"' in (d / "index.html").read_text()
     suites = [el.get("name") for el in ET.parse(d / "junit.xml").getroot()]
     assert "cluster.pair-sweep" in suites
     _launched_pairs(d, nodes, set())  # healthy: nobody

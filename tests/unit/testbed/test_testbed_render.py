@@ -10,7 +10,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "testbed"))
 
-from tbctl import config, render
+from tbctl import config, monitor, render
 
 # Pure helpers: these run everywhere (no `testbed` marker); tests/integration/test_testbed.py
 # holds the integration tests that need root and a running testbed.
@@ -359,3 +359,36 @@ def test_stand_in_dkms_builds_for_each_kernel_tree_and_erase_only_removes(tmp_pa
     assert built.exists()
     run(render.DKMS_POSTUN, "0")  # erased
     assert not built.exists()
+
+
+def test_the_inventory_turns_on_the_health_timer_only_with_the_monitor() -> None:
+    base = ("http://10.213.0.1:8213", "k.pub", "F" * 40, "10.213.0.1", "10.213.0.0/24")
+    assert "gpufleet_health_timer" not in render.inventory_group_vars(render.MirrorInfo(*base))
+    on = render.inventory_group_vars(render.MirrorInfo(*base, monitor=True))
+    assert on["gpufleet_health_timer"] is True
+    # gpufleet writes where Debian's node_exporter reads, and the node_exporter the testbed
+    # starts reads there
+    assert on["gpufleet_health_textfile_dir"] == config.NODE_TEXTFILE_DIR
+    assert f"--collector.textfile.directory={config.NODE_TEXTFILE_DIR}" in monitor.exporter_args(
+        "10.213.0.12"
+    )
+    assert on["health_timer_interval"] == "15s"
+
+
+def test_prometheus_scrapes_every_node_by_name_with_the_shipped_rules(tmp_path: Path) -> None:
+    rules = tmp_path / "gpufleet.rules.yml"
+    nodes = config.make_nodes(3)
+    text = monitor.prometheus_config(
+        [(n.name, f"{n.address}:{monitor.EXPORTER_PORT}") for n in nodes], rules, 5
+    )
+    conf = yaml.safe_load(text)
+    assert conf["rule_files"] == [str(rules)]
+    assert conf["global"] == {"scrape_interval": "5s", "evaluation_interval": "5s"}
+    (job,) = conf["scrape_configs"]
+    assert {(c["labels"]["node"], c["targets"][0]) for c in job["static_configs"]} == {
+        ("node1", "10.213.0.11:9100"), ("node2", "10.213.0.12:9100"), ("node3", "10.213.0.13:9100"),
+    }  # fmt: skip
+    args = monitor.exporter_args("10.213.0.12")
+    assert args.startswith('ARGS="--web.listen-address=10.213.0.12:9100 ')  # the node's address
+    opened = [a[-1] for a in monitor.firewall_argv() if a[1] == "--permanent"]
+    assert opened == ["--add-port=9100/tcp"]

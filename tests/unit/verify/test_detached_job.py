@@ -104,6 +104,7 @@ def test_start_returns_at_once_and_wait_gives_rc_and_both_streams(
     started = _start(tmp_path, "job", ["sh", "-c", script], monkeypatch)
     assert time.monotonic() - t0 < 0.9, "start waited for the job"
     assert started["changed"] is True and isinstance(started["pid"], int)
+    assert abs(started["started_at"] - time.time()) < 5, "the node's clock at the start"
     assert os.getpgid(started["pid"]) == started["pid"], "the job leads its own process group"
     assert os.getsid(started["pid"]) == started["pid"], "the job has a session of its own"
     got = _wait(tmp_path, "job", monkeypatch)
@@ -111,6 +112,57 @@ def test_start_returns_at_once_and_wait_gives_rc_and_both_streams(
     assert got["stdout_lines"] == ["out-line"] and got["stderr_lines"] == ["err-line"]
     assert got["killed"] == [] and got["changed"] is False
     assert got["failed"] is False, "the job's rc is the caller's verdict, not the task's"
+
+
+def test_the_wait_marks_that_it_began_while_the_job_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job sees <name>.waited appear once the controller's wait began (the pre-check mesh
+    reads it as "every node was started"): here the job itself waits for it, so a wait that
+    made no mark would end by its limit with the job stopped, not with the job's rc."""
+    marker = tmp_path / "jobs" / "seen.waited"
+    script = f"i=0; while [ ! -e {marker} ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; [ -e {marker} ]"
+    _start(tmp_path, "seen", ["sh", "-c", script], monkeypatch)
+    assert not marker.exists(), "the start made the mark: only the wait may"
+    got = _wait(tmp_path, "seen", monkeypatch, max_wait=10)
+    assert (got["rc"], got["state"]) == (0, "done"), got
+
+
+def test_a_start_with_a_ready_file_returns_once_the_job_made_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pre-check mesh binds its listeners, then creates its ready file: the start returns
+    only then (here 1 s after the job began), so the next task finds every node listening."""
+    ready = tmp_path / "listening"
+    t0 = time.monotonic()
+    got = _action(
+        {"state": "start", "dir": str(tmp_path / "jobs"), "name": "mesh",
+         "argv": ["sh", "-c", f"sleep 1; touch {ready}; sleep 5"],
+         "ready_file": str(ready), "ready_wait": 20},
+        monkeypatch,
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    assert got["ready"] is True and 0.9 <= took < 5, (got, took)
+    assert _wait(tmp_path, "mesh", monkeypatch, max_wait=1)["state"] == "timeout"
+
+
+def test_a_start_whose_job_never_gets_ready_returns_by_its_bound_or_the_job_s_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that ends without its ready file (a port it could not bind) does not hold the
+    start; one that neither ends nor gets ready holds it ready_wait seconds, then says so."""
+    base = {"state": "start", "dir": str(tmp_path / "jobs"), "ready_file": str(tmp_path / "r")}
+    t0 = time.monotonic()
+    ended = _action({**base, "name": "ends", "argv": ["sh", "-c", "exit 3"]}, monkeypatch)
+    assert ended["ready"] is False and time.monotonic() - t0 < 5, ended
+    t0 = time.monotonic()
+    stuck = _action(
+        {**base, "name": "stuck", "argv": ["sleep", "30"], "ready_wait": 1}, monkeypatch
+    )
+    assert stuck["ready"] is False and 0.9 <= time.monotonic() - t0 < 5, stuck
+    _wait(tmp_path, "stuck", monkeypatch, max_wait=1)
+    with pytest.raises(AnsibleActionFail, match="ready_wait must be > 0"):
+        _action({**base, "name": "bad", "argv": ["true"], "ready_wait": -1}, monkeypatch)
 
 
 def test_the_job_reads_nothing_from_the_connection(
@@ -269,3 +321,14 @@ def test_a_job_that_never_recorded_its_pid_is_named_after_10s(
     got = _wait(tmp_path, "ghost", monkeypatch)
     assert (got["rc"], got["state"]) == (-1, "never-started")
     assert "did not start" in got["msg"]
+
+
+@pytest.mark.parametrize(
+    ("stdout", "at"),
+    [("started 12\nat 1765100000\n", 1765100000), ("started 12\n", None), ("at 17651.5\n", None),
+     ("at \n", None), ("", None)],
+)  # fmt: skip
+def test_started_at_is_the_nodes_clock_or_none(stdout: str, at: int | None) -> None:
+    """A node whose date printed no whole seconds leaves no start time: verify then counts
+    no spread for it, never a made-up one."""
+    assert nodejob.started_at(stdout) == at

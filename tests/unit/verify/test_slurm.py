@@ -342,3 +342,26 @@ def test_someone_elses_drain_is_never_resumed_nor_overwritten() -> None:
 
 def test_a_healthy_undrained_node_is_left_alone() -> None:
     assert slurm.health_action("n", {"State": "ALLOCATED"}, []).action == "none"
+
+
+def test_a_failure_not_due_yet_drains_nothing_but_keeps_gpufleets_own_drain() -> None:
+    """drain_policy says not yet (fewer failed passes in a row than drain_after): an
+    undrained node stays in service; a node gpufleet drained stays drained."""
+    early = slurm.health_action(
+        "n", {"State": "IDLE"}, [("nccl_env_interfaces", "bogus0")], due=False,
+        not_yet="failed pass 1 in a row of the 2 that drain",
+    )  # fmt: skip
+    assert early.action == "none" and early.argv == ()
+    assert early.reason == "n not drained: failed pass 1 in a row of the 2 that drain"
+    ours = {"State": "IDLE+DRAIN", "Reason": "gpufleet: nccl_env_interfaces: bogus0 [root@x]"}
+    kept = slurm.health_action("n", ours, [("nccl_env_interfaces", "bogus0")], due=False)
+    assert kept.action == "none" and "stays drained" in kept.reason
+    theirs = {"State": "MIXED+DRAIN", "Reason": "maintenance [admin@x]"}
+    assert slurm.health_action("n", theirs, [("x", "y")], due=True).argv == ()
+
+
+def test_drained_by_gpufleet_reads_the_state_and_the_reason() -> None:
+    assert slurm.drained_by_gpufleet({"State": "IDLE+DRAIN", "Reason": "gpufleet: x: y [r@t]"})
+    assert slurm.drained_by_gpufleet({"State": "ALLOCATED+DRAIN*", "Reason": "gpufleet: x [r@t]"})
+    assert not slurm.drained_by_gpufleet({"State": "IDLE+DRAIN", "Reason": "maintenance [a@t]"})
+    assert not slurm.drained_by_gpufleet({"State": "IDLE", "Reason": "gpufleet: old [r@t]"})

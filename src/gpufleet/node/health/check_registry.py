@@ -194,7 +194,7 @@ def _iommu_mode(ctx: NodeContext, _: GpuReading | None) -> Record:
     return platform.iommu_mode(platform.read_iommu())
 
 
-def _profile_snapshot(ctx: NodeContext) -> NodeReading | None:
+def profile_snapshot(ctx: NodeContext) -> NodeReading | None:
     """What the profile is judged on: NVML's reading; without a driver, no GPU when the PCI
     bus lists none (a CPU node), else None (the no-driver verdict: GPUs nobody can read)."""
     if ctx.reading is not None:
@@ -220,7 +220,7 @@ def _settled(ctx: NodeContext, profile: profiles.Profile, snapshot: NodeReading)
 
 
 def _system_profile(ctx: NodeContext, _: GpuReading | None) -> Record | None:
-    snapshot = _profile_snapshot(ctx)
+    snapshot = profile_snapshot(ctx)
     if snapshot is None:
         return None
     wanted = ctx.system_profile
@@ -277,6 +277,10 @@ def _xid_errors(ctx: NodeContext, _: GpuReading | None) -> Record:
         return kernel_log.kernel_log_unreadable(exc)
     ctx.meta["kernel_log"] = source
     events = xid.recent(xid.parse(lines), now, window)
+    counts: dict[int, int] = {}
+    for e in events:
+        counts[e.xid] = counts.get(e.xid, 0) + 1
+    ctx.meta["xid_events"] = counts  # Xid -> events in the window (gpufleet health's figures)
     gpus = () if ctx.reading is None else ctx.reading.gpus
     return kernel_log.xid_errors(events, gpus, window, now, source)
 

@@ -215,8 +215,9 @@ class NodeContext:
         could be: an unknown name, a node auto cannot place, a bad profile file."""
         if self._profile is None:
             try:
+                loaded = profiles.load_profiles(site_dir=self.opt("profiles_dir") or None)
                 self._profile = profiles.select(
-                    self.system_profile, snapshot, profiles.load_profiles(), self.pci_gpus()
+                    self.system_profile, snapshot, loaded, self.pci_gpus()
                 )
             except GpufleetError as exc:
                 self._profile = exc

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gpufleet.inputs.profile_file import Profile
 from gpufleet.node.ib_ports import IbPort
 from gpufleet.node.nvml import NVML_ERROR_REMEDY, GpuReading, NodeReading
-from gpufleet.node.profiles.profile_file import Profile
 from gpufleet.node.profiles.profile_match import INVENTORY_VARIABLE
 from gpufleet.results import Record, Status
 

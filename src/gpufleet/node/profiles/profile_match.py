@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpufleet.errors import RefusedError
+from gpufleet.inputs.profile_file import Profile, load_profiles
 from gpufleet.node.nvml import NodeReading
-from gpufleet.node.profiles.profile_file import Profile, load_profiles
 
 AUTO = "auto"
 #: The inventory variable that names a host's profile.
@@ -62,6 +62,9 @@ def detect(
     tell a CPU node from a GPU node whose driver is not working.
     """
     profiles = load_profiles() if profiles is None else profiles
+    # a site profile that extends another stands for it: its nodes are the site's variant
+    extended = {p.extends for p in profiles.values() if p.extends}
+    profiles = {n: p for n, p in profiles.items() if n not in extended}
     count = len(snapshot.gpus)
     if count == 0:
         if pci_gpus:
@@ -115,3 +118,21 @@ def select(
     if wanted in ("", AUTO):
         return detect(snapshot, profiles, pci_gpus)
     return lookup(wanted, profiles)
+
+
+def select_here(name: str, profiles_dir: str | None = None) -> Profile:
+    """:func:`select` on this node: NVML read now (a node without a driver reads as no GPU),
+    the shipped profiles and the site's (``profiles_dir``), the GPUs on PCI. What the node
+    commands that judge against a profile (``gpufleet compute``, ``gpufleet ibbw``) call;
+    a :class:`~gpufleet.errors.GpufleetError` says why none could be chosen."""
+    from gpufleet.node import facts, nvml  # noqa: PLC0415  (NVML only when asked)
+
+    try:
+        with nvml.open_reader() as reader:
+            reading = reader.read()
+    except nvml.NvmlUnavailable as exc:
+        if not exc.no_driver:
+            raise
+        reading = nvml.NodeReading(driver_version="", cuda_driver_version=None, gpus=())
+    loaded = load_profiles(site_dir=profiles_dir or None)
+    return select(name, reading, loaded, facts.pci_nvidia_gpus())

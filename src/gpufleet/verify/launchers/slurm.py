@@ -12,8 +12,9 @@ its files or daemons:
   reason; a job running past its limit is cancelled; an interrupted submitter cancels its
   job. Every way out runs ``scancel`` unless the job ended by itself.
 * **Health** (``gpufleet health --slurm``): drain a node whose fast checks fail with the
-  reason ``gpufleet: <check>: <value>``; resume a node that gpufleet drained once its checks
-  pass; never resume a node drained for another reason.
+  reason ``gpufleet: <check>: <value>`` once the failure is due (gpufleet.node.drain_policy:
+  failed passes in a row, or a critical Xid or lost GPU at once); resume a node that gpufleet
+  drained once its checks pass; never resume a node drained for another reason.
 
 Facts (Slurm 22.05 man pages: sbatch(1), srun(1), scontrol(1), slurm.conf(5)): ``sbatch
 --parsable`` prints ``<jobid>[;<cluster>]``; ``scontrol show job -o`` prints one line of
@@ -632,10 +633,24 @@ def drain_reason(failures: Sequence[tuple[str, str]]) -> str:
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
 
 
+def drained_by_gpufleet(fields: Mapping[str, str]) -> bool:
+    """The node is drained (or draining) with a reason gpufleet set."""
+    drained = bool(node_flags(fields) & {"DRAIN", "DRAINING", "DRAINED"})
+    return drained and fields.get("Reason", "").startswith(REASON_PREFIX)
+
+
 def health_action(
-    node: str, fields: Mapping[str, str], failures: Sequence[tuple[str, str]]
+    node: str,
+    fields: Mapping[str, str],
+    failures: Sequence[tuple[str, str]],
+    *,
+    due: bool = True,
+    not_yet: str = "",
 ) -> HealthAction:
-    """Drain on failure, resume our own drain on success, leave others' drains alone."""
+    """Drain on failure, resume our own drain on success, leave others' drains alone. A
+    failure that is not ``due`` yet (gpufleet.node.drain_policy: fewer failed passes in a row
+    than drain_after) drains nothing; ``not_yet`` says why. A node gpufleet already drained
+    stays drained."""
     flags = node_flags(fields)
     drained = bool(flags & {"DRAIN", "DRAINING", "DRAINED"})
     current = fields.get("Reason", "")
@@ -648,6 +663,8 @@ def health_action(
                 f"{node} is already drained by someone else ({current or 'no reason'}); "
                 f"gpufleet leaves it: {reason}",
             )
+        if not due and not drained:
+            return HealthAction("none", f"{node} not drained: {not_yet or reason}")
         if drained and current.split(" [", 1)[0] == reason:
             return HealthAction("none", f"{node} stays drained: {reason}")
         return HealthAction(

@@ -14,12 +14,15 @@ command each (no module shipped, no async wrapper; gpufleet.verify.detached_job 
         max_wait: 360                     # seconds; then the job's group is stopped
         pidfiles: [<run dir>/allreduce.pid]   # more process groups to clean up after it
 
-start returns ``pid``; it fails when the node could not start the job (the reason from the
-node). wait never fails by itself: it returns ``rc`` (the job's exit status, -1 when there
-is none), ``finished``, ``state`` (done, timeout, lost, never-started), ``msg``, ``stdout``,
-``stderr`` and their ``_lines`` (as async_status did), and ``killed`` (the process groups
-it had to stop; ``changed`` when there were any). A node that cannot be reached is
-unreachable, as with any task.
+start returns ``pid`` and ``started_at`` (seconds since the epoch by the node's clock, None
+if the node printed none); with ``ready_file`` (and ``ready_wait`` seconds, default 60) it
+returns only once the job created that file, ended or the time passed, and ``ready`` says
+which (None without ``ready_file``); it fails when the node could not start the job (the
+reason from the node). wait never fails by itself: it returns ``rc`` (the job's exit status,
+-1 when there is none), ``finished``, ``state`` (done, timeout, lost, never-started),
+``msg``, ``stdout``, ``stderr`` and their ``_lines`` (as async_status did), and ``killed``
+(the process groups it had to stop; ``changed`` when there were any). A node that cannot be
+reached is unreachable, as with any task.
 """
 
 from __future__ import annotations
@@ -40,9 +43,22 @@ from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
 _NAME = "gpufleet.core.node_job"
 
 
+def _seconds(args: dict[str, Any], key: str, default: int, why: str) -> int:
+    """A positive whole number of seconds from the task's ``key`` (``default`` when unset)."""
+    try:
+        value = int(args.get(key) or default)
+    except (TypeError, ValueError):
+        raise AnsibleActionFail(f"{_NAME}: {key} must be an integer") from None
+    if value <= 0:
+        raise AnsibleActionFail(f"{_NAME}: {why}")
+    return value
+
+
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hints
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset({"state", "dir", "name", "argv", "max_wait", "pidfiles"})
+    _VALID_ARGS = frozenset(
+        {"state", "dir", "name", "argv", "max_wait", "pidfiles", "ready_file", "ready_wait"}
+    )
 
     def run(self, tmp: Any = None, task_vars: dict[str, Any] | None = None) -> dict[str, Any]:
         task_vars = task_vars or {}
@@ -66,10 +82,15 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             # the task's environment (verify's GPUFLEET_RUN_ID), as a module would get it: a
             # plain command does not, so the job starts under env(1), inside the start script
             prefix = env_argv(task_environment(self, _NAME))
+            ready: list[str] = []
+            if args.get("ready_file"):
+                ready_wait = _seconds(args, "ready_wait", 60, "ready_wait must be > 0 (seconds)")
+                ready = ["--ready", str(args["ready_file"]), str(ready_wait)]
             res = run_plain(
                 self,
                 _NAME,
                 ["sh", "-c", nodejob.START_SCRIPT, "node-job", str(args["dir"]), name]
+                + ready
                 + prefix
                 + [str(a) for a in argv],
                 env=False,
@@ -81,15 +102,16 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
                 raise AnsibleActionFail(
                     f"{host}: cannot start the job {name} (rc {rc}: {why or 'no output'})"
                 )
-            result.update(changed=True, pid=pid)
+            out = res.get("stdout") or ""
+            result.update(
+                changed=True,
+                pid=pid,
+                started_at=nodejob.started_at(out),
+                ready=nodejob.became_ready(out),
+            )
             return result
         if state == "wait":
-            try:
-                max_wait = int(args.get("max_wait") or 0)
-            except (TypeError, ValueError):
-                raise AnsibleActionFail(f"{_NAME}: max_wait must be an integer") from None
-            if max_wait <= 0:
-                raise AnsibleActionFail(f"{_NAME}: state wait needs max_wait > 0 (seconds)")
+            max_wait = _seconds(args, "max_wait", 0, "state wait needs max_wait > 0 (seconds)")
             pidfiles = [str(p) for p in (args.get("pidfiles") or [])]
             res = run_plain(
                 self,

@@ -23,6 +23,10 @@ the rules).
         fabricmanager: auto
         nvlsm: auto
         wheel_variant: ""                   # torch_env's
+        torch_source: {source, index_url, find_links, index_root}
+        torch_lock: ""                      # controller path of a gpufleet lock
+        torch_packages: []                  # what torch_env installs beside torch
+        node_python: /usr/bin/python3       # reads a wheelhouse source's find-links
         kernel_devel: true                  # query kernel-devel (DKMS)
         base_repo_baseurl: ""
         env_prefix: /opt/gpufleet/env
@@ -79,9 +83,11 @@ _TEXTS = (
     "base_repo_baseurl",
     "env_prefix",
     "cuda_repo_baseurl",
+    "torch_lock",
+    "node_python",
 )
-_LISTS = ("gpu_archs", "disks", "fabricmanager_packages", "nvlsm_packages")
-_VALID = frozenset((*_BOOLS, *_TEXTS, *_LISTS, "major"))
+_LISTS = ("gpu_archs", "disks", "fabricmanager_packages", "nvlsm_packages", "torch_packages")
+_VALID = frozenset((*_BOOLS, *_TEXTS, *_LISTS, "major", "torch_source"))
 
 
 class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hints
@@ -92,7 +98,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         task_vars = task_vars or {}
         result: dict[str, Any] = super().run(tmp, task_vars)
         with gpufleet_required_by(_NAME):
-            from gpufleet.planning import osinfo
+            from gpufleet.planning import osinfo, torch_source
             from gpufleet.provisioning import preflight_probe as preflight
         args = dict(self._task.args)
         node = str(task_vars.get("inventory_hostname", "?"))
@@ -122,7 +128,11 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             inputs["env_prefix"],
             inputs["disks"],
         )
-        res = run_plain(self, _NAME, argv)
+        base = inputs["base_repo_baseurl"]
+        repo_file = preflight.probe_repo_file(preflight.BASE_PROBE_REPO, base) if base else None
+        res = run_plain(
+            self, _NAME, argv, in_data=repo_file.encode() if repo_file is not None else None
+        )
         if res.get("rc") != 0:
             why = output_tail(res, 1000)
             raise AnsibleActionFail(
@@ -130,10 +140,27 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
                 " -> fix: run `lspci -nn -d 10de:` on the node and fix what it reports"
             )
         seen = preflight.observe(res.get("stdout") or "", inputs["disks"])
+        inputs["torch_source"] = dict(args.get("torch_source") or {})
+        if inputs["torch_lock"]:
+            inputs["torch_lock_text"] = self._lock_text(node, inputs["torch_lock"])
         try:
             verdict = preflight.judge(node, inputs, seen)
         except ValueError as exc:
             raise AnsibleActionFail(str(exc)) from None
+        # a wheelhouse source: its find-links must hold the build, unless the env already
+        # does (a converged node needs no wheelhouse on a rerun)
+        step = verdict.get("torch_step")
+        if (
+            step
+            and step["source"] == "wheelhouse"
+            and not torch_source.dist_info_holds(
+                seen["installed_torch"], torch_source.TorchInstall(**step)
+            )
+        ):
+            error = self._wheelhouse(node, inputs, step)
+            if error:
+                verdict["observations"]["torch_step_errors"].append(error)
+                verdict["problems"] = preflight.preflight_problems(verdict["observations"])
         fabric, choice = verdict["fabric"], verdict["choice"]
         if (
             fabric["fabricmanager"]
@@ -156,6 +183,57 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             result.update(failed=True, msg="\n".join(verdict["problems"]))
         return result
 
+    def _lock_text(self, node: str, path: str) -> str:
+        """The lock file's text, read on the controller (where the inventory names it)."""
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise AnsibleActionFail(
+                f"{node}: gpufleet_torch_lock={path!r} cannot be read on the controller "
+                f"({exc.strerror}) -> fix: give the path of a lock `gpufleet lock` wrote, "
+                'or "" for none'
+            ) from None
+
+    def _wheelhouse(self, node: str, inputs: dict[str, Any], step: dict[str, Any]) -> str:
+        """A wheelhouse source: do the node's find-links hold the planned torch wheel?
+        One read-only command (the find-links on stdin); the reason it cannot serve the
+        build, or ''."""
+        import inspect
+        import json
+
+        from gpufleet.planning import torch_source
+        from gpufleet.provisioning import torch_probe
+
+        settings = torch_source.SourceSettings.from_mapping(inputs["torch_source"])
+        python = inputs["node_python"] or "/usr/bin/python3"
+        script = inspect.getsource(torch_probe)
+        res = run_plain(
+            self,
+            _NAME,
+            [python, "-I", "-c", script, "--find-links"],
+            in_data=json.dumps(list(settings.find_links)).encode(),
+        )
+        try:
+            seen = json.loads(str(res.get("stdout") or "").strip().splitlines()[-1])["wheelhouse"]
+        except (IndexError, KeyError, TypeError, json.JSONDecodeError):
+            raise AnsibleActionFail(
+                f"{node}: reading the wheelhouse failed (rc {res.get('rc')}): "
+                f"{output_tail(res, 500) or 'no output'}"
+            ) from None
+        try:
+            torch_source.wheelhouse_pin(
+                seen.get("names") or [],
+                str(step["torch"]),
+                str(step["variant"]),
+                str(step.get("pypi_variant") or ""),
+                settings,
+            )
+        except torch_source.TorchSourceError as exc:
+            unread = "; ".join(seen.get("errors") or [])
+            return str(exc) + (f" (could not read: {unread})" if unread else "")
+        return ""
+
     def _fabricmanager(
         self,
         node: str,
@@ -166,6 +244,7 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         """NVSwitch nodes: does the configured CUDA repository carry Fabric Manager of
         exactly the driver version this node will run (the installed one when it is of the
         wanted branch, else the newest of the branch)? One more read-only command."""
+        from gpufleet.inputs import credentials
         from gpufleet.provisioning import fabric_packages as fabricpkg
         from gpufleet.provisioning import preflight_probe as preflight
 
@@ -178,9 +257,10 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
         fm_names = override or (["nvidia-fabricmanager"] if el_major >= 10 else [])
         nvlsm = ([str(n) for n in inputs["nvlsm_packages"]] or ["nvlsm"]) if fabric["nvlsm"] else []
         script = preflight.fabricmanager_probe_script(
-            el_major, repo_url, str(choice.get("stream") or ""), fm_names, nvlsm
+            el_major, str(choice.get("stream") or ""), fm_names, nvlsm
         )
-        res = run_plain(self, _NAME, ["bash", "-c", script])
+        repo_file = preflight.probe_repo_file(preflight.CUDA_PROBE_REPO, repo_url)
+        res = run_plain(self, _NAME, ["bash", "-c", script], in_data=repo_file.encode())
         if res.get("rc") != 0:
             why = output_tail(res, 1000)
             raise AnsibleActionFail(
@@ -194,5 +274,5 @@ class ActionModule(ActionBase):  # type: ignore[misc]  # ansible has no type hin
             stream=choice.get("stream"),
             override=override,
             nvlsm=nvlsm,
-            repo=repo_url,
+            repo=credentials.split(repo_url).url,  # messages name the mirror, not its password
         )

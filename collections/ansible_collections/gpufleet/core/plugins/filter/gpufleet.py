@@ -7,6 +7,8 @@ gpufleet.core.gpus_from_lspci  text of `lspci -nn -d 10de:` -> list of GPU dicts
 gpufleet.core.el_target        (distribution, major, arch[, release]) -> EL classification
 gpufleet.core.nvidia_driver_choice  plan + EL major + overrides -> stream / packages
 gpufleet.core.preflight_problems    observations -> list of messages
+gpufleet.core.repo_file             (id, baseurl[, gpgkey]) -> a dnf repository file, its
+                                    credentials as username=/password= (write it 0600)
 gpufleet.core.dcgm_packages         (DCGM major, plan CUDA) -> DCGM package names
 
 Thin adapters: every table and rule lives in the gpufleet package of the controller venv
@@ -124,6 +126,12 @@ def preflight_problems(obs: Mapping[str, Any]) -> list[str]:
     return preflight.preflight_problems(obs)
 
 
+def repo_file(repo_id: str, baseurl: str, gpgkey: str = "") -> str:
+    with gpufleet_required():
+        from gpufleet.provisioning import preflight_probe as preflight
+    return preflight.probe_repo_file(repo_id, baseurl, gpgkey)
+
+
 def nvidia_versionlock_entries(choice: Mapping[str, Any], installed: str | list[str]) -> list[str]:
     with gpufleet_required():
         from gpufleet.planning import driver_choice as dc
@@ -144,6 +152,19 @@ def dcgm_packages(major: int | str, cuda: str | None) -> list[str]:
     return dcgm.packages(major, cuda)
 
 
+def nvidia_smi_problems(
+    csv_text: str, node: str, module_version: str = "", branch: Any = "", min_driver: Any = ""
+) -> list[str]:
+    """``smi.stdout | gpufleet.core.nvidia_smi_problems(node, modinfo version, branch,
+    min_driver)`` -> one message per mismatch (gpufleet.provisioning.driver_smi)."""
+    with gpufleet_required():
+        from gpufleet.provisioning import driver_smi
+    return driver_smi.problems(
+        str(node), str(csv_text or ""), module_version=str(module_version or ""),
+        branch=str(branch or ""), min_driver=str(min_driver or ""),
+    )  # fmt: skip
+
+
 class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         return {
@@ -152,7 +173,9 @@ class FilterModule:
             "el_target": el_target_filter,
             "nvidia_driver_choice": nvidia_driver_choice,
             "preflight_problems": preflight_problems,
+            "repo_file": repo_file,
             "nvidia_versionlock_entries": nvidia_versionlock_entries,
             "nvidia_stale_versionlock_entries": nvidia_stale_versionlock_entries,
             "dcgm_packages": dcgm_packages,
+            "nvidia_smi_problems": nvidia_smi_problems,
         }

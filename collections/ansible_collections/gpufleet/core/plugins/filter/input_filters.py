@@ -16,7 +16,8 @@ from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
 )
 
 with gpufleet_required():
-    from gpufleet.inputs import boundary
+    from gpufleet import units
+    from gpufleet.inputs import boundary, credentials
 
 
 def input_problems(values: Mapping[str, Any], role: str, host: str = "") -> list[str]:
@@ -29,8 +30,34 @@ def single_line(value: object, name: str, max_len: int = 1024) -> str:
     return boundary.single_line(value, name, max_len)
 
 
+def url_credentials(url: object) -> dict[str, str | bool]:
+    """``url | gpufleet.core.url_credentials`` -> {url (without user:password@), username,
+    password (both percent-decoded), present}: what a dnf repository or a download takes
+    apart (tasks that use username/password are no_log)."""
+    return credentials.split(str(url or "")).as_dict()
+
+
+def timespan_seconds(value: object) -> float:
+    """``'5min' | gpufleet.core.timespan_seconds`` -> 300.0: a systemd time span in seconds
+    (gpufleet.units.parse_timespan; the check play refuses one that is not)."""
+    return units.parse_timespan(value)
+
+
+def signing_key_location(url: object, name: str) -> str:
+    """``key_url | gpufleet.core.signing_key_location(name)`` -> where a repository file finds
+    its signing key: the local copy (roles/gpufleet_common/tasks/signing_key.yml) when the URL
+    carries credentials, else the URL itself."""
+    text = str(url or "")
+    if credentials.split(text).present:
+        return f"file:///etc/pki/rpm-gpg/RPM-GPG-KEY-gpufleet-{name}"
+    return text
+
+
 class FilterModule:
     """gpufleet.core input boundary filters."""
 
     def filters(self) -> dict[str, Callable[..., Any]]:
-        return as_filters((input_problems, single_line), (boundary.BoundaryError,))
+        return as_filters(
+            (input_problems, single_line, url_credentials, signing_key_location, timespan_seconds),
+            (boundary.BoundaryError, ValueError),
+        )

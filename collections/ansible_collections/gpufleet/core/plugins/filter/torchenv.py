@@ -1,7 +1,9 @@
-"""torch_env filters: the torch build to install, mirror URL checks, manifest read/merge.
+"""torch_env filters: the torch build to install and its source, the lock check, mirror URL
+checks, manifest read/merge.
 
-Thin adapters over :mod:`gpufleet.provisioning.node_env` (imported from the controller venv that
-``make setup`` builds); errors become ``AnsibleFilterError`` naming the variable.
+Thin adapters over :mod:`gpufleet.provisioning.node_env`, :mod:`~gpufleet.planning.torch_source`
+and :mod:`~gpufleet.planning.torch_lock` (imported from the controller venv that ``make
+setup`` builds); errors become ``AnsibleFilterError`` naming the variable.
 """
 
 from __future__ import annotations
@@ -15,16 +17,37 @@ from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
 )
 
 with gpufleet_required():
+    from gpufleet.planning import torch_lock as torchlock
+    from gpufleet.planning import torch_source as torchsource
     from gpufleet.provisioning import node_env as nodeenv
 
 
-def torch_wheel(
-    plan: Mapping[str, Any],
-    variant: str = "",
-    index_root: str = nodeenv.DEFAULT_PYTORCH_INDEX_ROOT,
-) -> dict[str, str]:
-    """``gpufleet_plan | gpufleet.core.torch_wheel(variant)`` -> {variant, index_url, ...}."""
-    return nodeenv.torch_wheel(plan, variant, index_root).as_dict()
+def torch_install(
+    plan: Mapping[str, Any], variant: str, settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``gpufleet_plan | gpufleet.core.torch_install(variant, settings)`` -> the torch step
+    (source, index_url, requirement, build, cuda, nccl; the pin is empty for a wheelhouse
+    until the node's find-links are read). ``settings``: source, index_url, find_links,
+    index_root (torch_env's variables)."""
+    spec = torchsource.SourceSettings.from_mapping(settings)
+    return torchsource.torch_install(plan, variant, spec).as_dict()
+
+
+def torch_lock_problems(
+    text: str,
+    install: Mapping[str, Any],
+    python: str,
+    packages: Iterable[str],
+    where: str,
+) -> list[str]:
+    """``lock_text | gpufleet.core.torch_lock_problems(install, python, packages, where)``
+    -> how the lock fails the torch step ([] = it serves it; a lock that cannot be read is
+    one problem)."""
+    try:
+        lock = torchlock.parse(str(text), where)
+    except torchlock.LockError as exc:
+        return [str(exc)]
+    return torchlock.lock_problems(lock, install, str(python), list(packages), where)
 
 
 def check_url(url: str, name: str, allow_path: bool = False) -> bool:
@@ -44,7 +67,7 @@ def has_credentials(url: str) -> bool:
 
 def redact_url(url: str) -> str:
     """``url | gpufleet.core.redact_url`` -> url with credentials replaced by ***."""
-    return nodeenv.redact_url(url)
+    return torchsource.redact_url(url)
 
 
 def untrusted_http_hosts(urls: Iterable[str], trusted: Iterable[str]) -> list[str]:
@@ -63,5 +86,7 @@ def manifest_read(content_b64: object, path: str, node: str) -> dict[str, Any]:
 
 
 FilterModule = filter_module(
-    "gpufleet.core torch_env filters.", globals(), (nodeenv.EnvConfigError, ValueError, TypeError)
+    "gpufleet.core torch_env filters.",
+    globals(),
+    (nodeenv.EnvConfigError, ValueError, TypeError),
 )

@@ -1,8 +1,8 @@
 """verify filters: the bisection reruns that name the node at fault, the pair sweep's
-rounds, and the Slurm launcher's jobs and task scripts.
+rounds, the Slurm launcher's jobs and task scripts, and the tier's steps and budget.
 
-Thin adapters over :mod:`gpufleet.report.localise`, :mod:`gpufleet.report.pairs` and
-:mod:`gpufleet.verify.launchers.slurm`
+Thin adapters over :mod:`gpufleet.report.localise`, :mod:`gpufleet.report.pairs`,
+:mod:`gpufleet.verify.tiers` and :mod:`gpufleet.verify.launchers.slurm`
 (imported from
 the controller venv that ``make setup`` builds).
 """
@@ -20,6 +20,8 @@ from ansible_collections.gpufleet.core.plugins.plugin_utils.adapt import (
 with gpufleet_required():
     from gpufleet.errors import GpufleetError
     from gpufleet.report import localise, pairs
+    from gpufleet.units import parse_duration
+    from gpufleet.verify import tiers
     from gpufleet.verify.launchers import slurm
 
 
@@ -59,6 +61,12 @@ def pair_rounds(nodes: Sequence[str]) -> list[list[list[str]]]:
     return [[list(p) for p in rnd] for rnd in pairs.pair_rounds(_names(nodes, "pair_rounds"))]
 
 
+def pair_kinds(rounds: Sequence[Sequence[Sequence[str]]], prefix: str) -> dict[str, list[str]]:
+    """``rounds | gpufleet.core.pair_kinds('ibbw')`` -> {``ibbw-<round>-<index>``: [the pair's
+    first node]}: the result file each pair leaves and who writes it (gpufleet.report.pairs)."""
+    return pairs.pair_kinds([[list(p) for p in rnd] for rnd in rounds], str(prefix))
+
+
 def slurm_task_script(head: Sequence[str], tail: Sequence[str], **kw: Any) -> str:
     """``head | gpufleet.core.slurm_task_script(tail, node=, step=, addresses=, rc_file=,
     env=)`` -> the task script srun runs on this node
@@ -85,6 +93,15 @@ def slurm_hosts_in_order(slurm_names: Mapping[str, str], order: Sequence[str]) -
     return slurm.hosts_in_order(dict(slurm_names), list(order))
 
 
+def verify_tier(name: str, duration: Any = "") -> dict[str, Any]:
+    """``verify_tier | gpufleet.core.verify_tier(verify_burnin_duration)`` -> the tier's
+    steps and budget (gpufleet.verify.tiers), with ``duration_s`` (0 unless burnin)."""
+    text = str(duration or "").strip()
+    seconds = parse_duration(text, "verify_burnin_duration") if text else 0
+    seconds = seconds if name == "burnin" else 0
+    return {**tiers.tier(str(name), seconds).to_dict(), "duration_s": seconds}
+
+
 class FilterModule:
     """gpufleet.core verify filters."""
 
@@ -95,9 +112,11 @@ class FilterModule:
                 bisect_outcome,
                 bisect_max_rounds,
                 pair_rounds,
+                pair_kinds,
                 slurm_task_script,
                 slurm_jobs,
                 slurm_hosts_in_order,
+                verify_tier,
             ),
             (TypeError, KeyError, ValueError, GpufleetError),
         )

@@ -18,11 +18,12 @@ description:
     C(O(dir)/O(name).out) and C(.err)), records its PID (= its process group) in
     C(O(name).pid) and its exit status in C(O(name).rc) when it ends. Every node of a play
     starts at once, whatever the forks, as with C(async) and C(poll=0).
-  - O(state=wait) waits until the job wrote its exit status, at most O(max_wait) seconds
-    (then its process group is stopped: SIGTERM, SIGKILL 3 s later), stops what is left of
-    the job's group and of the groups O(pidfiles) name, and returns the exit status and the
-    job's output. It never fails by itself; a job that did not start, was killed or timed
-    out has C(rc) -1 and says so in C(msg).
+  - O(state=wait) first creates C(O(name).waited) in O(dir) (under the linear strategy every
+    node's job was started by then), then waits until the job wrote its exit status, at most
+    O(max_wait) seconds (then its process group is stopped: SIGTERM, SIGKILL 3 s later),
+    stops what is left of the job's group and of the groups O(pidfiles) name, and returns
+    the exit status and the job's output. It never fails by itself; a job that did not
+    start, was killed or timed out has C(rc) -1 and says so in C(msg).
   - One plain shell command per start and per wait (no module payload, no async wrapper;
     the scripts are in the gpufleet package, gpufleet.verify.detached_job).
   - This is an action plugin; this file holds its documentation only.
@@ -54,6 +55,16 @@ options:
     type: list
     elements: str
     default: []
+  ready_file:
+    description: With O(state=start), a file on the node the job creates once it is ready
+      (the pre-check mesh: its listeners bound); the start returns only once it exists, the
+      job ended or O(ready_wait) seconds passed, so that the next task begins with every
+      node's job ready.
+    type: str
+  ready_wait:
+    description: Seconds the start waits for O(ready_file).
+    type: int
+    default: 60
 author:
   - gpufleet contributors
 """
@@ -82,6 +93,17 @@ pid:
   description: The job's PID and process group (O(state=start)).
   returned: state is start
   type: int
+started_at:
+  description: When the start returned, in seconds since the epoch by the node's clock
+    (verify compares the nodes' to know how far apart the starts landed); null if the node
+    printed none.
+  returned: state is start
+  type: int
+ready:
+  description: Whether the job created O(ready_file) before the start returned; null without
+    O(ready_file).
+  returned: state is start
+  type: bool
 rc:
   description: The job's exit status; -1 when it left none.
   returned: state is wait

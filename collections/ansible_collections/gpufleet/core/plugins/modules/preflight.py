@@ -97,6 +97,25 @@ options:
   wheel_variant:
     description: torch_env_wheel_variant.
     type: str
+  torch_source:
+    description:
+      - torch_env's source settings (source, index_url, find_links, index_root); a build the
+        source cannot serve, or a wheelhouse without it, is a problem of the node.
+    type: dict
+    default: {}
+  torch_lock:
+    description: Controller path of the lock torch_env installs from ("" = none).
+    type: str
+    default: ""
+  torch_packages:
+    description: The requirements torch_env installs beside torch (a lock must pin each).
+    type: list
+    elements: str
+    default: []
+  node_python:
+    description: The node's interpreter that reads a wheelhouse source's find-links.
+    type: str
+    default: /usr/bin/python3
   kernel_devel:
     description: Query the kernel-devel package of the running kernel.
     type: bool
