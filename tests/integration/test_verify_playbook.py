@@ -16,6 +16,10 @@ from local_nodes import run_playbook, write_inventory
 
 pytestmark = [pytest.mark.slow, pytest.mark.ansible]
 
+#: steps a test leaves out when it asks nothing of them (compute per node and the five other
+#: collectives: 10-20 s a run on two cores; test_two_nodes_all_reduce_and_report runs them)
+NOT_ASKED = ("-e", "verify_compute=false", "-e", "verify_collectives=false")
+
 
 def _play(repo: Path, tmp: Path, n2_extra: str = "") -> tuple[int, str, dict[str, Any], Path]:
     inv = write_inventory(tmp, n2_extra)
@@ -109,6 +113,7 @@ def test_a_limited_run_verifies_the_nodes_it_targets(tmp_path: Path) -> None:
         "verify_run_checks=false",
         "-e",
         "verify_run_train=false",
+        *NOT_ASKED,
     )
     run = tmp_path / "rep" / "t3"
     assert rc == 0, out[-5000:]
@@ -230,7 +235,8 @@ def test_a_node_that_breaks_the_all_reduce_is_named_by_bisection(tmp_path: Path)
     wrapper.chmod(0o755)
     inv = write_inventory(tmp_path, n3_extra=f"verify_python: {wrapper}")
     rc, out = run_playbook("verify.yml", inv, "-e", "verify_run_id=b1", "-e", "verify_run_train=false",
-                           "-e", "verify_collective_timeout=20", "-e", "verify_rdzv_timeout=20")  # fmt: skip
+                           "-e", "verify_collective_timeout=20", "-e", "verify_rdzv_timeout=20",
+                           *NOT_ASKED)  # fmt: skip
     run = tmp_path / "rep" / "b1"
     summary = json.loads((run / "summary.json").read_text())
     assert rc != 0
@@ -259,7 +265,7 @@ def test_a_lock_left_by_an_earlier_run_of_this_checkout_is_taken_over(
     (lock / "owner").write_text(f"lost-run {int(time.time()) - 30} {ours}\n")
     inv = write_inventory(tmp_path)
     quick = ("-e", "verify_run_checks=false", "-e", "verify_run_smoke=false",
-             "-e", "verify_run_train=false", "-e", "verify_lock_wait=0")  # fmt: skip
+             "-e", "verify_run_train=false", "-e", "verify_lock_wait=0", *NOT_ASKED)  # fmt: skip
     # a plain ansible-playbook run does not hold the controller lock: the lock is respected
     rc, out = run_playbook("verify.yml", inv, "-e", "verify_run_id=t3", *quick)
     assert rc != 0 and "another verify runs on this node (run lost-run" in " ".join(out.split())
