@@ -75,6 +75,8 @@ def run(
 ) -> Outcome:
     """Lock, claim a run id, run playbooks/verify.yml and read its verdict."""
     reports = repo / "reports"
+    if requested_id:  # a bad id is refused at once, not after waiting for another run's lock
+        runid.validate(requested_id)
     with controller_lock(reports / ".verify.lock", lock_wait, say):
         run_id = runid.claim(reports, requested_id)
         summary = reports / run_id / "summary.json"

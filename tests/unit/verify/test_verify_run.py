@@ -106,3 +106,16 @@ def test_find_repo_from_a_subdirectory(repo: Path) -> None:
     with pytest.raises(RefusedError, match="not inside a gpufleet checkout"):
         verifyrun.find_repo(Path("/"))
     assert os.path.isabs(str(verifyrun.find_repo(repo)))
+
+
+def test_a_bad_run_id_is_refused_at_once_while_another_run_holds_the_lock(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A RUN_ID that can never be used is refused without waiting for another make verify's
+    lock (before: 'a b' sat out the whole VERIFY_LOCK_WAIT, 900 s, then was refused)."""
+    (repo / "reports").mkdir()
+    with (repo / "reports" / ".verify.lock").open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(RefusedError, match="RUN_ID 'a b'"):
+            _run(repo, "pass", monkeypatch, requested_id="a b", lock_wait=30)
+    assert not (repo / "argv.json").exists()
