@@ -12,6 +12,8 @@ every failed recipe into exit 2). Exit codes, as everywhere in gpufleet:
 - 2: refused before anything ran: a bad run id (:mod:`gpufleet.verify.run_id`), another
   ``make verify`` of this checkout still holds ``reports/.verify.lock`` after the wait, or
   the check play (``playbooks/check_inventory.yml``) refused the inventory or a variable.
+  Bad input is refused at once even while another run holds the lock: the run id is checked
+  before the lock, and a busy lock runs the check play alone before the wait.
 
 The run id and the extra arguments are data: they are passed to ``ansible-playbook`` as
 argv elements, never through a shell.
@@ -23,7 +25,7 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -42,11 +44,16 @@ class LockBusy(RefusedError):
 
 
 @contextlib.contextmanager
-def controller_lock(path: Path, wait_s: float, say: IO[str]) -> Iterator[None]:
-    """``flock`` on ``path``: at once, or after waiting up to ``wait_s`` seconds."""
+def controller_lock(
+    path: Path, wait_s: float, say: IO[str], on_busy: Callable[[], None] | None = None
+) -> Iterator[None]:
+    """``flock`` on ``path``: at once, or after waiting up to ``wait_s`` seconds. When the
+    lock is busy, ``on_busy`` runs first (it may refuse the run before any wait)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:
         if not flock_acquire(fh, 0, 0.5):
+            if on_busy is not None:
+                on_busy()
             print(f">> another make verify holds {path}: waiting up to {wait_s:g}s", file=say)
             if not flock_acquire(fh, wait_s, 0.5):
                 raise LockBusy(
@@ -54,6 +61,41 @@ def controller_lock(path: Path, wait_s: float, say: IO[str]) -> Iterator[None]:
                     f"{wait_s:g}s ({path}) -> wait for it, or raise VERIFY_LOCK_WAIT"
                 )
         yield
+
+
+class InputRefused(RefusedError):
+    """The check play refused the inventory or a variable while another run held the lock."""
+
+
+def _stream(argv: Sequence[str], cwd: Path, say: IO[str], mark: str = "") -> tuple[int, bool]:
+    """Run ``argv``, copying its output to ``say`` line by line; (exit code, whether a line
+    started with ``mark``)."""
+    seen = False
+    with subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            say.write(line)
+            say.flush()
+            seen = seen or bool(mark and line.startswith(mark))
+        return proc.wait(), seen
+
+
+def check_input(repo: Path, exe: str, inventory: str, extra: Sequence[str], say: IO[str]) -> None:
+    """playbooks/check_inventory.yml for verify's roles alone (no change, no connection to a
+    node): raises InputRefused when it refuses. Run when another make verify holds the lock,
+    so that bad input is refused at once instead of after the wait (verify.yml runs the same
+    check first thing once the lock is taken)."""
+    argv = [exe, str(repo / "playbooks" / "check_inventory.yml"), "-i", inventory,
+            "-e", json.dumps({"gpufleet_check_roles": ["verify"]}), *extra]  # fmt: skip
+    print(">> another make verify holds the lock: checking this run's input first", file=say)
+    rc, _ = _stream(argv, repo, say)
+    if rc != 0:
+        raise InputRefused(
+            f"refused before any change: the check play refused the inventory or a variable "
+            f"(rc {rc}, see above); nothing waited for the other run's lock"
+        )
 
 
 @dataclass(frozen=True)
@@ -75,28 +117,25 @@ def run(
 ) -> Outcome:
     """Lock, claim a run id, run playbooks/verify.yml and read its verdict."""
     reports = repo / "reports"
-    if requested_id:  # a bad id is refused at once, not after waiting for another run's lock
+    # bad input is refused at once, not after waiting for another run's lock: the run id
+    # here, the inventory and the variables by the check play when the lock is busy
+    if requested_id:
         runid.validate(requested_id)
-    with controller_lock(reports / ".verify.lock", lock_wait, say):
+    exe = ansible_playbook or str(Path(sys.executable).parent / "ansible-playbook")
+
+    def busy() -> None:
+        check_input(repo, exe, inventory, extra, say)
+
+    with controller_lock(reports / ".verify.lock", lock_wait, say, on_busy=busy):
         run_id = runid.claim(reports, requested_id)
         summary = reports / run_id / "summary.json"
-        exe = ansible_playbook or str(Path(sys.executable).parent / "ansible-playbook")
         # __verify_controller_locked: this process holds the checkout's controller lock, so a
         # node lock of an earlier run of this checkout is stale (roles/verify prepare.yml)
         argv = [exe, str(repo / "playbooks" / "verify.yml"), "-i", inventory,
                 "-e", json.dumps({"verify_run_id": run_id, "__verify_controller_locked": True}),
                 *extra]  # fmt: skip
         print(f">> verify run {run_id}", file=say, flush=True)
-        started_run = False
-        with subprocess.Popen(
-            argv, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        ) as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                say.write(line)
-                say.flush()
-                started_run = started_run or line.startswith(RUN_PLAY)
-            rc = proc.wait()
+        rc, started_run = _stream(argv, repo, say, RUN_PLAY)
     if not summary.is_file():
         if rc != 0 and not started_run:
             print(

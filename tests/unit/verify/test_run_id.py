@@ -13,6 +13,7 @@ import pytest
 
 from gpufleet.cli import main
 from gpufleet.verify import run_id as runid
+from local_nodes import write_inventory
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -119,9 +120,16 @@ def test_make_verify_waits_then_refuses_while_locked(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         ["flock", str(reports / ".verify.lock"), "sleep", "30"], start_new_session=True
     )
+    # input the check play accepts (the local nodes' inventory) waits for the lock; input it
+    # refuses (no inventory there) is refused at once, however long the wait would be
+    inventory = write_inventory(tmp_path)
     try:
         time.sleep(1)  # let flock take the lock first
-        r = _make_verify(tmp_path, "VERIFY_LOCK_WAIT=1", "RUN_ID=lock-test-never-claimed")
+        r = _make_verify(tmp_path, "VERIFY_LOCK_WAIT=1", "RUN_ID=lock-test-never-claimed",
+                         f"INVENTORY={inventory}")  # fmt: skip
+        t0 = time.monotonic()
+        bad = _make_verify(tmp_path, "VERIFY_LOCK_WAIT=600", "RUN_ID=lock-test-never-claimed")
+        bad_s = time.monotonic() - t0
     finally:
         holder.kill()
         holder.wait()
@@ -129,3 +137,6 @@ def test_make_verify_waits_then_refuses_while_locked(tmp_path: Path) -> None:
     assert r.returncode != 0
     assert "waiting up to 1s" in out and "refused: another make verify" in out, out
     assert not (reports / "lock-test-never-claimed").exists()
+    said = bad.stdout + bad.stderr
+    assert bad.returncode != 0 and bad_s < 25, (bad_s, said)
+    assert "gpu_nodes=[]" in said and "waiting up to" not in said, said

@@ -21,8 +21,15 @@ from gpufleet.verify import verify_run as verifyrun
 FAKE = """#!{python}
 import json, os, sys
 args = sys.argv[1:]
-run_id = json.loads(args[args.index("-e") + 1])["verify_run_id"]
 mode = os.environ["FAKE_MODE"]
+if args[0].endswith("check_inventory.yml"):  # the check play alone (a busy lock)
+    open(os.environ["FAKE_ARGV"] + ".check", "w").write(json.dumps(args))
+    print("PLAY [Check the inventory and every node's variables] ***")
+    if mode == "refuse":
+        print("fatal: [n1]: FAILED! => gpu_nodes=[] is refused")
+        sys.exit(2)
+    sys.exit(0)
+run_id = json.loads(args[args.index("-e") + 1])["verify_run_id"]
 open(os.environ["FAKE_ARGV"], "w").write(json.dumps(args))
 if mode == "refuse":
     print("PLAY [Check the inventory and every node's variables] ***")
@@ -97,7 +104,10 @@ def test_a_held_lock_is_waited_for_then_refused(
         with pytest.raises(verifyrun.LockBusy, match=r"after 0\.2s"):
             _run(repo, "pass", monkeypatch, lock_wait=0.2)
     assert not (repo / "argv.json").exists()
+    assert (repo / "argv.json.check").is_file()  # the input was checked before the wait
+    (repo / "argv.json.check").unlink()
     assert _run(repo, "pass", monkeypatch).exit_code == 0  # free again
+    assert not (repo / "argv.json.check").exists()  # a free lock: verify.yml checks, once
 
 
 def test_find_repo_from_a_subdirectory(repo: Path) -> None:
@@ -119,3 +129,26 @@ def test_a_bad_run_id_is_refused_at_once_while_another_run_holds_the_lock(
         with pytest.raises(RefusedError, match="RUN_ID 'a b'"):
             _run(repo, "pass", monkeypatch, requested_id="a b", lock_wait=30)
     assert not (repo / "argv.json").exists()
+
+
+def test_bad_input_is_refused_at_once_while_another_run_holds_the_lock(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy lock runs the check play alone first: an inventory or a variable it refuses ends
+    the run at once (exit 2), with the play's own message, not after VERIFY_LOCK_WAIT (before:
+    INVENTORY='/nonexistent; touch x' waited 900 s behind a soak's make verify)."""
+    (repo / "reports").mkdir()
+    say = io.StringIO()
+    monkeypatch.setenv("FAKE_MODE", "refuse")
+    monkeypatch.setenv("FAKE_ARGV", str(repo / "argv.json"))
+    monkeypatch.chdir(repo)
+    with (repo / "reports" / ".verify.lock").open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(verifyrun.InputRefused) as refused:
+            verifyrun.run(repo, "inv", extra=["-e", "x=1"], lock_wait=60,
+                          ansible_playbook=str(repo / "ansible-playbook"), say=say)  # fmt: skip
+    assert refused.value.exit_code == 2
+    assert "gpu_nodes=[] is refused" in say.getvalue()
+    assert not (repo / "argv.json").exists()  # verify.yml never ran
+    check = json.loads((repo / "argv.json.check").read_text())
+    assert check[1:] == ["-i", "inv", "-e", '{"gpufleet_check_roles": ["verify"]}', "-e", "x=1"]
