@@ -6,17 +6,13 @@ rank in this process, the collective made to refuse as a backend that lacks it d
 from __future__ import annotations
 
 import datetime
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gpufleet.node.netprobe import free_port
 from gpufleet.verify import collective_ops as coll
+from local_nodes import torchrun_worker
 
 pytestmark = pytest.mark.slow
 FACTOR_2 = {
@@ -31,36 +27,10 @@ FACTOR_2 = {
 @pytest.fixture(scope="module")
 def launched(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("coll")
-    env = dict(os.environ, PYTHONPATH=str(repo_root / "src"), OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes=1",
-            "--nproc-per-node=2",
-            "--rdzv-backend=static",
-            "--master-addr=127.0.0.1",
-            f"--master-port={free_port()}",
-            "--max-restarts=0",
-            "-m",
-            "gpufleet.verify.workers.collectives",
-            f"--out-dir={out / 'ranks'}",
-            "--timeout=30",
-            "--result-node=n1",
-            "--sizes=16K,256K",
-            "--iters=3",
-            f"--result-json={out / 'collectives.json'}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    data: dict[str, Any] = json.loads((out / "collectives.json").read_text())
-    return data
+    return torchrun_worker(
+        repo_root, "gpufleet.verify.workers.collectives", out / "collectives.json",
+        f"--out-dir={out / 'ranks'}", "--sizes=16K,256K", "--iters=3",
+    )  # fmt: skip
 
 
 def test_every_collective_is_right(launched: dict[str, Any]) -> None:

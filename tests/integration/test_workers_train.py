@@ -5,10 +5,6 @@ from the worker's own verdicts."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,47 +12,19 @@ from typing import Any
 import pytest
 
 from gpufleet import report
-from gpufleet.node.netprobe import free_port
 from gpufleet.report import training
 from gpufleet.verify.workers.train import coverage
+from local_nodes import torchrun_worker
 
 pytestmark = pytest.mark.slow
 
 
 def _launch(repo: Path, out: Path, kind: str, *extra: str) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=str(repo / "src"), OMP_NUM_THREADS="1")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes=1",
-            "--nproc-per-node=2",
-            "--rdzv-backend=static",
-            "--master-addr=127.0.0.1",
-            f"--master-port={free_port()}",
-            "--max-restarts=0",
-            "-m",
-            "gpufleet.verify.workers.train",
-            f"--out-dir={out / (kind + '-ranks')}",
-            "--timeout=30",
-            "--result-node=n1",
-            f"--kind={kind}",
-            f"--result-json={out / 'n1' / (kind + '.json')}",
-            "--epochs=3",
-            "--per-rank=32",
-            "--batch=8",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    data: dict[str, Any] = json.loads((out / "n1" / f"{kind}.json").read_text())
-    return data
+    return torchrun_worker(
+        repo, "gpufleet.verify.workers.train", out / "n1" / f"{kind}.json",
+        f"--out-dir={out / (kind + '-ranks')}", f"--kind={kind}",
+        "--epochs=3", "--per-rank=32", "--batch=8", *extra,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
