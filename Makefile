@@ -292,6 +292,25 @@ provision: setup wheel ## provision the nodes of $(INVENTORY): driver, toolkit, 
 	echo "ansible-playbook playbooks/provision.yml -i $$GF_INVENTORY $${extra[*]-}"; \
 	$(BIN)/ansible-playbook playbooks/provision.yml -i "$$GF_INVENTORY" $${extra[@]+"$${extra[@]}"}
 
+.PHONY: rolling-reboot
+# make rolling-reboot: reboot the nodes of INVENTORY without losing a job (playbooks/
+# rolling_reboot.yml, role node_reboot; docs/slurm.md, "Rolling reboots"). SERIAL nodes at a
+# time (a count or a percentage; default 1); DRAIN_TIMEOUT: seconds a drained node's jobs may
+# take to end (default 3600) before the rollout stops; REBOOT_ARGS: more ansible-playbook
+# arguments (-e node_reboot_slurm=drain). All are checked before any change.
+SERIAL ?=
+DRAIN_TIMEOUT ?=
+REBOOT_ARGS ?=
+rolling-reboot: export GF_SERIAL = $(value SERIAL)
+rolling-reboot: export GF_DRAIN_TIMEOUT = $(value DRAIN_TIMEOUT)
+rolling-reboot: export GF_REBOOT_ARGS = $(value REBOOT_ARGS)
+rolling-reboot: setup ## reboot INVENTORY's nodes without losing a job: SERIAL=1 at a time, Slurm nodes drained, jobs waited for (DRAIN_TIMEOUT=3600 s), health pass, resume; reports/rolling-reboot/summary.json
+	@extra=$$($(BIN)/python -c 'import json, os; print(json.dumps({k: os.environ[e] for k, e in (("node_reboot_serial", "GF_SERIAL"), ("node_reboot_drain_timeout", "GF_DRAIN_TIMEOUT")) if os.environ[e] != ""}))'); \
+	mkdir -p reports/rolling-reboot; \
+	echo "ansible-playbook playbooks/rolling_reboot.yml -i $$GF_INVENTORY -e '$$extra' $$GF_REBOOT_ARGS"; \
+	$(ARGSPLIT) GF_REBOOT_ARGS REBOOT_ARGS -- $(BIN)/ansible-playbook playbooks/rolling_reboot.yml \
+		-i "$$GF_INVENTORY" -e "$$extra"
+
 .PHONY: syntax-check
 syntax-check: setup ## ansible-playbook --syntax-check of site.yml and the playbooks
 	$(BIN)/ansible-playbook --syntax-check -i "$$GF_INVENTORY" site.yml

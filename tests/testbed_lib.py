@@ -10,6 +10,7 @@ firewalld's tables are never edited and ``clear_faults`` undoes everything at on
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -244,6 +245,16 @@ def by_name(name: str) -> config.Node:
         if n.name == name:
             return n
     raise LookupError(f"{name} is not a node of the running testbed")
+
+
+def reboots(node: config.Node) -> list[tuple[float, float]]:
+    """(went down, booted again) of each reboot of the node, from its boots.log on the host."""
+    rows = nodes.boots(node)
+    out = []
+    for (kind, when, what), nxt in itertools.pairwise(rows):
+        if kind == "down" and what == "rc=129" and nxt[0] == "boot":
+            out.append((when, nxt[1]))
+    return out
 
 
 def node_sh(

@@ -493,7 +493,7 @@ def node_sh(name: str, script: str) -> subprocess.CompletedProcess[str]:
 
 def slurm_node(name: str) -> dict[str, str]:
     """`scontrol show node -o` on the controller node, as a dict (gpufleet.verify.launchers.slurm's parser)."""
-    from gpufleet.verify.launchers.slurm import parse_show_line
+    from gpufleet.provisioning.slurm_nodes import parse_show_line
 
     r = node_sh("node1", f"scontrol show node -o {name}")
     assert r.returncode == 0, r.stderr
@@ -717,3 +717,96 @@ def test_prometheus_sees_every_node_and_drains_only_at_the_second_failed_pass(
                 "node2's manifest status back to 0 (pass)")  # fmt: skip
     assert prom("gpufleet_health_consecutive_failed_passes")["node2"] == 0
     tb.wait_for(lambda: not firing("GpufleetNodeUnhealthy"), 30, "the alert resolved")
+
+
+# --------------------------------------------------------------------------- rolling reboot
+
+
+def node_reboots(name: str) -> list[tuple[float, float]]:
+    return tb.reboots(tb.by_name(name))
+
+
+def rolling_reboot(*args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    proc, _ = make("rolling-reboot", "INVENTORY=testbed/inventory", *args)
+    summary = json.loads((REPO / "reports/rolling-reboot/summary.json").read_text())
+    return proc, summary
+
+
+def test_rolling_reboot_through_slurm_loses_no_job_and_leaves_an_admins_drain(
+    torn_down_after: None,
+) -> None:
+    """make rolling-reboot SERIAL=1 on the Slurm demo's testbed (issue 41): a job holds node2
+    when the rollout starts and an admin drained node3 for maintenance. A wait bound shorter
+    than the job stops the rollout at node2 (node1 done, node2 waiting, node3 untouched), the
+    job running on; the rerun waits for it: it completes with its full output, node2 goes down
+    only after it ended, node3 stays drained and is never rebooted, every other node ends idle
+    and healthy. Bad input is refused before any change."""
+    # -- bad input: refused before any node is touched (no drain, no reboot)
+    before = {n: len(node_reboots(n)) for n in ("node1", "node2", "node3")}
+    for args, named in (
+        (("SERIAL=0",), "node_reboot_serial"),
+        (("SERIAL=4",), "larger than the cluster"),
+        (("DRAIN_TIMEOUT=0",), "node_reboot_drain_timeout"),
+        (("DRAIN_TIMEOUT=-5",), "node_reboot_drain_timeout"),
+    ):
+        bad, _ = make("rolling-reboot", "INVENTORY=testbed/inventory", *args)
+        out = bad.stdout + bad.stderr
+        assert bad.returncode != 0 and named in out, (args, out[-3000:])
+        assert "Drain the node in Slurm" not in out, args
+    assert {n: len(node_reboots(n)) for n in before} == before
+    assert all("DRAIN" not in slurm_node(n)["State"] for n in ("node1", "node2", "node3"))
+
+    # -- the job on node2 and the admin's drain on node3
+    job_s = 120  # outlives node1's turn (about 45 s) and node2's 5 s wait in the first run
+    sub = node_sh(
+        "node1",
+        "sbatch --parsable -w node2 -J e2e-hold -o /root/e2e-hold.out --wrap "
+        f"'echo start; sleep {job_s}; echo full output of the job; date +%s.%N'",
+    )
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    tb.wait_for(lambda: node_sh("node1", f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING",
+                30, "the job running on node2")  # fmt: skip
+    node_sh("node1", "scontrol update nodename=node3 state=drain reason='maintenance: e2e psu'")
+    try:
+        # -- a wait bound shorter than the job: the rollout stops at node2, the job runs on
+        stopped, s = rolling_reboot("SERIAL=1", "DRAIN_TIMEOUT=5",
+                                    "REBOOT_ARGS=-e node_reboot_poll_interval=2")  # fmt: skip
+        out = stopped.stdout + stopped.stderr
+        assert stopped.returncode != 0, out[-6000:]
+        assert (s["done"], s["waiting"], s["untouched"]) == (["node1"], ["node2"], ["node3"]), s
+        assert f"job {job} (" in s["notes"]["node2"] and not s["ok"]
+        assert "ROLLING REBOOT STOPPED" in out and "untouched: node3" in out
+        assert node_sh("node1", f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING"
+        held = slurm_node("node2")
+        assert "DRAIN" in held["State"] and held["Reason"].startswith("gpufleet-reboot: ")
+        assert len(node_reboots("node2")) == before["node2"]
+        assert len(node_reboots("node1")) == before["node1"] + 1
+
+        # -- the rerun waits for the job, then reboots node2; node3 is left alone
+        done, s = rolling_reboot("SERIAL=1", "DRAIN_TIMEOUT=300",
+                                 "REBOOT_ARGS=-e node_reboot_poll_interval=2")  # fmt: skip
+        out = done.stdout + done.stderr
+        assert done.returncode == 0, out[-6000:]
+        assert s["ok"] and s["done"] == ["node1", "node2"] and s["left_alone"] == ["node3"], s
+        assert "maintenance: e2e psu" in s["notes"]["node3"]
+        text = tb.node_file(tb.by_name("node2"), "/root/e2e-hold.out").read_text().split()
+        assert "start" in text and "full output of the job" in " ".join(text), text
+        ended = float(text[-1])
+        state = node_sh("node1", f"scontrol show job -o {job}").stdout
+        assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state, state
+        down, _up = node_reboots("node2")[-1]
+        assert len(node_reboots("node2")) == before["node2"] + 1
+        assert down > ended, f"node2 went down at {down:.1f}, before its job ended at {ended:.1f}"
+        assert len(node_reboots("node3")) == before["node3"]
+        assert len(node_reboots("node1")) == before["node1"] + 2
+        for name in ("node1", "node2"):
+            st = slurm_node(name)["State"]
+            assert st == "IDLE", f"{name}: {st}"
+        admin = slurm_node("node3")
+        assert "DRAIN" in admin["State"] and admin["Reason"].startswith("maintenance: e2e psu")
+        print(f"\n[e2e] node2 went down {down - ended:.1f} s after its job ended")
+    finally:
+        node_sh("node1", f"scancel {job}")
+        node_sh("node1", "scontrol update nodename=node3 state=resume")
+        node_sh("node1", "scontrol update nodename=node2 state=resume")

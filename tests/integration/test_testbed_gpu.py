@@ -27,7 +27,6 @@ controller. Proven with stand-ins only: no NVIDIA package, module, GPU or real k
 
 from __future__ import annotations
 
-import itertools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "testbed"))
 
-from tbctl import config, nodes, render  # noqa: E402
+from tbctl import config, render  # noqa: E402
 
 import testbed_lib as tb  # noqa: E402
 
@@ -58,16 +57,6 @@ def playbook(*extra: str, log: str) -> tb.Run:
 
 
 sh = tb.node_out
-
-
-def reboots(node: config.Node) -> list[tuple[float, float]]:
-    """(went down, booted again) of each reboot in boots.log."""
-    rows = nodes.boots(node)
-    out = []
-    for (kind, when, what), nxt in itertools.pairwise(rows):
-        if kind == "down" and what == "rc=129" and nxt[0] == "boot":
-            out.append((when, nxt[1]))
-    return out
 
 
 def boot_ids(cluster: list[config.Node]) -> dict[str, str]:
@@ -125,9 +114,9 @@ def test_from_bare_each_gpu_node_reboots_into_the_driver_once(
     recap = first.recap()
     assert sorted(recap) == ["node1", "node2", "node3"]
     assert all(r[3] == 0 for r in recap.values()), recap
-    assert reboots(node1) == []
+    assert tb.reboots(node1) == []
     for n in (node2, node3):
-        single(reboots(n), n)
+        single(tb.reboots(n), n)
     after = boot_ids(cluster)
     assert after["node1"] == bare["node1"]
     assert after["node2"] != bare["node2"] and after["node3"] != bare["node3"]
@@ -157,13 +146,13 @@ def test_rerun_changes_nothing_and_reboots_nothing(
 
 def test_serial_1_reboots_one_node_at_a_time(cluster: list[config.Node], first: tb.Run) -> None:
     node1, node2, node3 = cluster
-    was = {n.name: len(reboots(n)) for n in cluster}
+    was = {n.name: len(tb.reboots(n)) for n in cluster}
     run = playbook(*CUDA, "-e", "nvidia_driver_branch=575", "-e", "gpufleet_provision_serial=1",
                    log="branch-575-serial-1")  # fmt: skip
     assert run.rc == 0, run.tail()
-    assert len(reboots(node1)) == was["node1"]
-    (down2, up2), (down3, up3) = (reboots(n)[-1] for n in (node2, node3))
-    assert len(reboots(node2)) == was["node2"] + 1 and len(reboots(node3)) == was["node3"] + 1
+    assert len(tb.reboots(node1)) == was["node1"]
+    (down2, up2), (down3, up3) = (tb.reboots(n)[-1] for n in (node2, node3))
+    assert len(tb.reboots(node2)) == was["node2"] + 1 and len(tb.reboots(node3)) == was["node3"] + 1
     # batches in inventory order: node2 was down and booted again before node3 went down
     assert down2 < up2 < down3 < up3, (down2, up2, down3, up3)
     for n in (node2, node3):
@@ -175,7 +164,7 @@ def test_a_failed_batch_stops_the_rollout_and_names_the_untouched_node(
 ) -> None:
     _, node2, node3 = cluster
     before = boot_ids(cluster)
-    reboots3 = reboots(node3)
+    reboots3 = tb.reboots(node3)
     sh(node2, f"touch {render.GPU_LOST_FILE}")
     stopped = playbook(
         *CUDA, "-e", "nvidia_driver_branch=580", "-e", "gpufleet_provision_serial=2",
@@ -194,5 +183,5 @@ def test_a_failed_batch_stops_the_rollout_and_names_the_untouched_node(
     assert (
         "past max_fail_percentage 0 % (failed: node2). Left untouched by this run: node3 ->" in flat
     )
-    assert boot_ids(cluster)["node3"] == before["node3"] and reboots(node3) == reboots3
+    assert boot_ids(cluster)["node3"] == before["node3"] and tb.reboots(node3) == reboots3
     assert sh(node3, "cat /sys/module/nvidia/version") == render.DRIVER_BRANCHES["575"]

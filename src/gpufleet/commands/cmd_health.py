@@ -56,6 +56,7 @@ from gpufleet.node import fast_checks as nodehealth
 from gpufleet.node.fast_checks import HealthPass, PassFacts
 from gpufleet.node.nvml import load_recording
 from gpufleet.node.pass_state import PassState
+from gpufleet.provisioning import slurm_nodes
 from gpufleet.results import (
     Record,
     ResultFile,
@@ -332,7 +333,7 @@ def _tell_slurm(
             raise GpufleetError(
                 f"scontrol show node {slurm_name}: {(shown.stderr or shown.stdout).strip()}"
             )
-        fields = slurm.parse_show_line(shown.stdout)
+        fields = slurm_nodes.parse_show_line(shown.stdout)
         action = slurm.health_action(
             slurm_name,
             fields,

@@ -86,6 +86,10 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "slurm_health_interval": (5, 86400, "seconds between health-check runs"),
     "slurm_health_drain_after": (1, 100, "failed passes in a row that drain the node"),
     "health_timer_timeout": (1, 3600, "seconds the checks of one pass may take"),
+    "node_reboot_drain_timeout": (1, 604800, "seconds a drained node's jobs may take to end"),
+    "node_reboot_poll_interval": (1, 300, "seconds between two looks at a node's jobs"),
+    "node_reboot_timeout": (60, 7200, "seconds a node may take to come back"),
+    "node_reboot_health_timeout": (1, 3600, "seconds the health pass may take"),
 }
 """Every number a role takes, with its bounds (a test keeps every ``int`` of every argument
 spec in this table, with its range in the description)."""
@@ -293,8 +297,17 @@ VALUE_RULES: dict[str, Rule] = {
         pattern=r"[A-Za-z0-9_][A-Za-z0-9._-]*\.json",
         allowed="an absolute path to a .json file",
     ),
+    # --- node_reboot
+    "node_reboot_python": _optional("abs_path"),
+    "node_reboot_reason": _line(
+        100,
+        r"[A-Za-z0-9][A-Za-z0-9 ,.:;()/+_-]*",
+        "one line of up to 100 letters, digits, spaces and ,.:;()/+_- (no quotes or '=')",
+    ),
     # --- provision.yml's play (not a role)
     "gpufleet_provision_serial": _rule("serial"),
+    # --- rolling_reboot.yml's play (not a role): SERIAL of make rolling-reboot
+    "node_reboot_serial": _rule("serial"),
     "gpu_nodes": _each("host_name"),
 }
 """Variable -> its value rule. Numbers take their RANGES row (a ``port`` rule checks the row
@@ -406,12 +419,15 @@ ROLE_VARS: dict[str, str] = {
     "health_timer": r"^health_timer_",
     "verify": r"^(verify_|gpufleet_slurm_node_name$|gpufleet_rdzv_port$|gpufleet_profiles_dir$)",
     "provision": r"^(gpufleet_provision_serial|gpufleet_provision_max_fail_percentage|gpu_nodes)$",
+    "node_reboot": r"^(node_reboot_(?!serial$)|gpufleet_slurm_node_name$)",
+    "rolling_reboot": r"^(node_reboot_serial|gpu_nodes)$",
 }
 """The variables a role's check reads, as a pattern (default: ``^<role>_``)."""
 
 ROLES: tuple[str, ...] = (
     "python_bootstrap", "torch_env", "cluster_network", "nvidia_driver", "cuda_toolkit",
-    "infiniband", "dcgm", "slurm_health", "health_timer", "verify", "preflight", "provision",
+    "infiniband", "dcgm", "slurm_health", "health_timer", "node_reboot", "verify", "preflight",
+    "provision", "rolling_reboot",
 )  # fmt: skip
 """The checks :func:`gpufleet.inputs.boundary.input_problems` knows (roles, and provision.yml's
 play)."""

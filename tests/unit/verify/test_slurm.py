@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.errors import GpufleetError, RefusedError
+from gpufleet.provisioning import slurm_nodes
 from gpufleet.verify.launchers import slurm
 
 JOB_PENDING = (
@@ -168,16 +169,16 @@ def test_scontrol_lines_keep_values_with_spaces() -> None:
         "NodeName=node2 Arch=x86_64 CoresPerSocket=1 State=IDLE+DRAIN ThreadsPerCore=1 "
         "Reason=gpufleet: nccl_env_interfaces: bad [root@2026-12-02T16:00:00] Comment=(null)"
     )
-    f = slurm.parse_show_line(node)
+    f = slurm_nodes.parse_show_line(node)
     assert f["Reason"] == "gpufleet: nccl_env_interfaces: bad [root@2026-12-02T16:00:00]"
-    assert slurm.node_flags(f) == {"IDLE", "DRAIN"}
-    assert slurm.node_flags({"State": "DOWN*+DRAIN"}) == {"DOWN", "DRAIN"}
+    assert slurm_nodes.node_flags(f) == {"IDLE", "DRAIN"}
+    assert slurm_nodes.node_flags({"State": "DOWN*+DRAIN"}) == {"DOWN", "DRAIN"}
     # an admin's reason may hold '=': it still ends at its [user@time] stamp
     other = "NodeName=n1 State=IDLE+DRAIN Reason=swap DIMM=A3 [admin@2026-12-02T10:00:00] Comment=x"
-    f = slurm.parse_show_line(other)
+    f = slurm_nodes.parse_show_line(other)
     assert f["Reason"] == "swap DIMM=A3 [admin@2026-12-02T10:00:00]" and f["Comment"] == "x"
     assert "DIMM" not in f
-    assert slurm.exit_code(slurm.parse_show_line(JOB_FAILED)) == (1, 0)
+    assert slurm.exit_code(slurm_nodes.parse_show_line(JOB_FAILED)) == (1, 0)
     assert slurm.job_state({"JobState": "CANCELLED by 0"}) == "CANCELLED"
 
 
@@ -320,7 +321,7 @@ def test_a_failed_check_drains_with_a_one_line_bounded_reason() -> None:
         f"reason={act.reason}",
     )
     long = slurm.health_action("n", {"State": "IDLE"}, [("x", "v" * 500)])
-    assert len(long.reason) == slurm.REASON_MAX and long.reason.endswith("...")
+    assert len(long.reason) == slurm_nodes.REASON_MAX and long.reason.endswith("...")
 
 
 def test_our_drain_is_resumed_once_healthy_and_kept_while_unhealthy() -> None:

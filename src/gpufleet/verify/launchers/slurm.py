@@ -41,12 +41,15 @@ from gpufleet.inputs.known import (
     SLURM_NAME_ALLOWED,
     SLURM_NAME_RE,
 )
+from gpufleet.provisioning.slurm_nodes import (
+    clean_reason,
+    node_flags,
+    parse_show_line,
+)
 from gpufleet.verify.launchers.base import UNKNOWN_RC, Command, Launcher, Outcome, Step
 
 #: Prefix of every drain reason gpufleet sets; a drain with another reason is not ours.
 REASON_PREFIX = "gpufleet:"
-#: Slurm keeps a reason to this many characters in practice; we stay well inside it.
-REASON_MAX = 160
 PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESIZING"})
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
 DONE_STATES = frozenset(
@@ -245,23 +248,6 @@ def task_script(
 # --------------------------------------------------------------------------- scontrol
 
 
-def parse_show_line(text: str) -> dict[str, str]:
-    """One ``scontrol show ... -o`` line → {key: value}. Values may hold spaces (Reason,
-    Comment): a value runs until the next `` Key=``. A node's Reason runs to its
-    ``[user@time]`` stamp, whatever it holds (someone else's reason may hold ``a=b``)."""
-    out: dict[str, str] = {}
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    reason = re.search(r"(?:^|\s)Reason=(.*?\[[^\]\s]*@[^\]\s]*\])", line)
-    if reason:
-        out["Reason"] = reason.group(1).strip()
-        line = line[: reason.start()] + " " + line[reason.end() :]
-    for m in re.finditer(
-        r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=(.*?)(?=\s+[A-Za-z][A-Za-z0-9_:/]*=|$)", line
-    ):
-        out.setdefault(m.group(1), m.group(2).strip())
-    return out
-
-
 def job_state(fields: Mapping[str, str]) -> str:
     """``JobState`` without decorations (``CANCELLED by 0`` → ``CANCELLED``)."""
     return fields.get("JobState", "").split()[0] if fields.get("JobState") else ""
@@ -272,11 +258,6 @@ def exit_code(fields: Mapping[str, str]) -> tuple[int | None, int | None]:
     raw = fields.get("ExitCode", "")
     m = re.fullmatch(r"(\d+):(\d+)", raw)
     return (int(m.group(1)), int(m.group(2))) if m else (None, None)
-
-
-def node_flags(fields: Mapping[str, str]) -> set[str]:
-    """``State=IDLE+DRAIN`` → {"IDLE", "DRAIN"}; ``MIXED+DRAIN*`` (not responding) too."""
-    return {f.rstrip("*~#!%$@^-") for f in fields.get("State", "").split("+") if f}
 
 
 def natural_key(name: str) -> tuple[Any, ...]:
@@ -625,12 +606,7 @@ def drain_reason(failures: Sequence[tuple[str, str]]) -> str:
     text = f"{REASON_PREFIX} {check}: {value}"
     if len(failures) > 1:
         text += f" (+{len(failures) - 1} more)"
-    text = re.sub(r"[\x00-\x1f\x7f]+", " ", text)
-    # no '=' or quotes: scontrol's own parsing, and ours of `show node`, split at them
-    text = re.sub(r"\s+", " ", re.sub(r"['\"]", "", text).replace("=", " ")).strip()
-    # scontrol takes the reason as one argument; '=' and quotes are fine there, but keep it
-    # to what sinfo -R shows without wrapping
-    return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
+    return clean_reason(text)
 
 
 def drained_by_gpufleet(fields: Mapping[str, str]) -> bool:
