@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import urllib.error
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -592,12 +592,8 @@ def test_demo_through_slurm_drains_a_sick_node_and_cancels_what_cannot_start(
     steps = {j["step"] for j in s["slurm_jobs"]}
     assert "allreduce" in steps and any(x.startswith("bisect-1-") for x in steps), steps
 
-    # -- an admin's drain is never undone by gpufleet's (passing) health checks
-    node_sh("node1", "scontrol update nodename=node3 state=drain reason='maintenance: e2e'")
-    time.sleep(35)  # two HealthCheckInterval periods
-    held = slurm_node("node3")
-    assert "DRAIN" in held["State"] and held["Reason"].startswith("maintenance: e2e"), held
-    node_sh("node1", "scontrol update nodename=node3 state=resume")
+    # (an admin's drain is never undone by gpufleet's passing health checks: the rolling
+    # reboot test below keeps node3 drained by an "admin" through several health-check runs)
 
     # -- a node down: the all-reduce job cannot start, is cancelled at the start limit and
     # reported naming node3; no bisection reruns wait again
@@ -732,15 +728,56 @@ def rolling_reboot(*args: str) -> tuple[subprocess.CompletedProcess[str], dict[s
     return proc, summary
 
 
+def held_job(node: str, name: str) -> str:
+    """A Slurm job on ``node`` that runs until /root/<name>.release appears there (at most
+    10 min), then prints its last line and the time it ended; its id."""
+    sub = node_sh(
+        "node1",
+        f"sbatch --parsable -w {node} -J {name} -o /root/{name}.out --wrap "
+        f"'echo start; i=0; while [ ! -e /root/{name}.release ] && [ $i -lt 600 ]; "
+        "do sleep 1; i=$((i+1)); done; echo full output of the job; date +%s.%N'",
+    )
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    tb.wait_for(lambda: node_sh("node1", f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING",
+                30, f"job {job} running on {node}")  # fmt: skip
+    return job
+
+
+def release_when_waited_for(
+    node: str, name: str
+) -> tuple[Callable[[str, float], None], list[float]]:
+    """An on_line callback for tb.run: at the first retry of ``node``'s wait for its jobs
+    (the job was seen holding the node), the job is let go; the list gets the time."""
+    released: list[float] = []
+
+    def on_line(line: str, elapsed: float) -> None:
+        if not released and f"RETRYING: [{node}]: Wait for the node's jobs" in line:
+            tb.node_file(tb.by_name(node), f"/root/{name}.release").write_text("")
+            released.append(elapsed)
+
+    return on_line, released
+
+
+def job_end(node: str, name: str) -> float:
+    text = tb.node_file(tb.by_name(node), f"/root/{name}.out").read_text()
+    assert "start" in text and "full output of the job" in text, text
+    return float(text.split()[-1])
+
+
 def test_rolling_reboot_through_slurm_loses_no_job_and_leaves_an_admins_drain(
     torn_down_after: None,
 ) -> None:
     """make rolling-reboot SERIAL=1 on the Slurm demo's testbed (issue 41): a job holds node2
     when the rollout starts and an admin drained node3 for maintenance. A wait bound shorter
     than the job stops the rollout at node2 (node1 done, node2 waiting, node3 untouched), the
-    job running on; the rerun waits for it: it completes with its full output, node2 goes down
-    only after it ended, node3 stays drained and is never rebooted, every other node ends idle
-    and healthy. Bad input is refused before any change."""
+    job running on; the rerun the stop suggests (the nodes not done) waits for it: the job is
+    let go only once the rerun has been seen waiting for it, it completes with its full
+    output, node2 goes down only after it ended, node3 stays drained and is never rebooted,
+    node1 is not rebooted again, node1 and node2 end idle. Then the driver role's reboot path
+    (node_reboot's drain_reboot and resume, as roles/nvidia_driver/tasks/reboot.yml includes
+    them) waits for a job on node1 the same way and keeps node1 drained until the caller's
+    check has passed. Bad input is refused before any change."""
     # -- bad input: refused before any node is touched (no drain, no reboot)
     before = {n: len(node_reboots(n)) for n in ("node1", "node2", "node3")}
     for args, named in (
@@ -757,17 +794,9 @@ def test_rolling_reboot_through_slurm_loses_no_job_and_leaves_an_admins_drain(
     assert all("DRAIN" not in slurm_node(n)["State"] for n in ("node1", "node2", "node3"))
 
     # -- the job on node2 and the admin's drain on node3
-    job_s = 120  # outlives node1's turn (about 45 s) and node2's 5 s wait in the first run
-    sub = node_sh(
-        "node1",
-        "sbatch --parsable -w node2 -J e2e-hold -o /root/e2e-hold.out --wrap "
-        f"'echo start; sleep {job_s}; echo full output of the job; date +%s.%N'",
-    )
-    assert sub.returncode == 0, sub.stderr
-    job = sub.stdout.strip().split(";")[0]
-    tb.wait_for(lambda: node_sh("node1", f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING",
-                30, "the job running on node2")  # fmt: skip
+    job = held_job("node2", "e2e-hold")
     node_sh("node1", "scontrol update nodename=node3 state=drain reason='maintenance: e2e psu'")
+    drained_at = time.monotonic()
     try:
         # -- a wait bound shorter than the job: the rollout stops at node2, the job runs on
         stopped, s = rolling_reboot("SERIAL=1", "DRAIN_TIMEOUT=5",
@@ -783,30 +812,59 @@ def test_rolling_reboot_through_slurm_loses_no_job_and_leaves_an_admins_drain(
         assert len(node_reboots("node2")) == before["node2"]
         assert len(node_reboots("node1")) == before["node1"] + 1
 
-        # -- the rerun waits for the job, then reboots node2; node3 is left alone
-        done, s = rolling_reboot("SERIAL=1", "DRAIN_TIMEOUT=300",
-                                 "REBOOT_ARGS=-e node_reboot_poll_interval=2")  # fmt: skip
-        out = done.stdout + done.stderr
-        assert done.returncode == 0, out[-6000:]
-        assert s["ok"] and s["done"] == ["node1", "node2"] and s["left_alone"] == ["node3"], s
+        # -- the rerun the stop suggested (the nodes not done) waits for the job, then
+        # reboots node2; node3 is left alone
+        assert s["rest"] == ["node2", "node3"]
+        on_line, released = release_when_waited_for("node2", "e2e-hold")
+        extra = f"-e node_reboot_poll_interval=2 --limit {','.join(s['rest'])}"
+        done = tb.run(["make", "--no-print-directory", "rolling-reboot",
+                       "INVENTORY=testbed/inventory", "SERIAL=1", "DRAIN_TIMEOUT=300",
+                       f"REBOOT_ARGS={extra}"], timeout=900, on_line=on_line)  # fmt: skip
+        TIMINGS["rolling-reboot (rerun, --limit)"] = round(done.seconds, 1)
+        assert done.rc == 0, done.tail()
+        assert released, "the rerun was never seen waiting for node2's job"
+        s = json.loads((REPO / "reports/rolling-reboot/summary.json").read_text())
+        assert s["ok"] and s["done"] == ["node2"] and s["left_alone"] == ["node3"], s
         assert "maintenance: e2e psu" in s["notes"]["node3"]
-        text = tb.node_file(tb.by_name("node2"), "/root/e2e-hold.out").read_text().split()
-        assert "start" in text and "full output of the job" in " ".join(text), text
-        ended = float(text[-1])
+        ended = job_end("node2", "e2e-hold")
         state = node_sh("node1", f"scontrol show job -o {job}").stdout
         assert "JobState=COMPLETED" in state and "ExitCode=0:0" in state, state
         down, _up = node_reboots("node2")[-1]
         assert len(node_reboots("node2")) == before["node2"] + 1
         assert down > ended, f"node2 went down at {down:.1f}, before its job ended at {ended:.1f}"
         assert len(node_reboots("node3")) == before["node3"]
-        assert len(node_reboots("node1")) == before["node1"] + 2
+        assert len(node_reboots("node1")) == before["node1"] + 1  # not again in the rerun
         for name in ("node1", "node2"):
             st = slurm_node(name)["State"]
             assert st == "IDLE", f"{name}: {st}"
+        # node3 stayed the admin's through the rollout and through slurmd's health checks
+        # (HealthCheckInterval=15: gpufleet health --slurm resumes only its own drains)
         admin = slurm_node("node3")
         assert "DRAIN" in admin["State"] and admin["Reason"].startswith("maintenance: e2e psu")
+        assert time.monotonic() - drained_at > 2 * PASS_INTERVAL_S
         print(f"\n[e2e] node2 went down {down - ended:.1f} s after its job ended")
+
+        # -- the driver role's reboot (node_reboot drain_reboot, then resume after its check)
+        # takes the same path: node1 waits for its job, stays drained until the check passed
+        drv_job = held_job("node1", "e2e-drv")
+        on_line, released = release_when_waited_for("node1", "e2e-drv")
+        drv = tb.playbook("../tests/fixtures/node_reboot/drain_reboot.yml", "-e", "target=node1",
+                          timeout=900, on_line=on_line)  # fmt: skip
+        TIMINGS["drain_reboot.yml (node1)"] = round(drv.seconds, 1)
+        assert drv.rc == 0, drv.tail()
+        assert released, "the driver's reboot was never seen waiting for node1's job"
+        shown = tb.node_file(tb.by_name("node1"), "/root/held-during-check.txt").read_text()
+        assert "DRAIN" in shown and "Reason=gpufleet-reboot: NVIDIA driver e2e" in shown, shown
+        ended = job_end("node1", "e2e-drv")
+        down, _up = node_reboots("node1")[-1]
+        assert len(node_reboots("node1")) == before["node1"] + 2 and down > ended, (down, ended)
+        assert slurm_node("node1")["State"] == "IDLE"
+        assert "node1: passed the e2e stand-in check; node1 resumed in Slurm" in " ".join(
+            drv.out.split()
+        )
+        assert "JobState=COMPLETED" in node_sh("node1", f"scontrol show job -o {drv_job}").stdout
     finally:
         node_sh("node1", f"scancel {job}")
         node_sh("node1", "scontrol update nodename=node3 state=resume")
         node_sh("node1", "scontrol update nodename=node2 state=resume")
+        node_sh("node1", "scontrol update nodename=node1 state=resume")

@@ -127,10 +127,13 @@ def test_from_bare_each_gpu_node_reboots_into_the_driver_once(
         smi = sh(n, "nvidia-smi --query-gpu=driver_version --format=csv,noheader")
         assert smi.splitlines() == [want] * len(render.GPU_PCI)
         assert sh(n, "systemctl is-active nvidia-persistenced") == "active"
-    rebooted = section(first.out, "Reboot into the new driver")
+    # the reboot goes through role node_reboot: no Slurm on this testbed, so plainly
+    rebooted = section(first.out, "node_reboot : Reboot the node")
     asked = section(first.out, "Ask nvidia-smi")
+    flat = " ".join(first.out.split())
     for name in ("node2", "node3"):
         assert f"changed: [{name}]" in rebooted and f"ok: [{name}]" in asked, name
+        assert f"{name}: not a Slurm node (no Slurm configuration on the node)" in flat, name
     assert "[node1]" not in rebooted + asked  # no GPU: reboot.yml stops before both
 
 

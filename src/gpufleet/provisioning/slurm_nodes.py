@@ -120,9 +120,29 @@ def reboot_reason(why: str) -> str:
     return clean_reason(f"{REBOOT_PREFIX} {why}")
 
 
-def before_reboot(host: str, node: str, shown: str, rc: int, mode: str, why: str) -> dict[str, Any]:
-    """Decide from ``scontrol show node -o <node>`` (its stdout and exit status; rc 127: no
-    scontrol on the node) what happens to ``host`` before its reboot."""
+def _not_slurms(rc: int, err: str) -> str:
+    """Why ``scontrol show node`` says this node is not Slurm's, or "" when it does not say
+    so (slurmctld could not be asked: the node may well be Slurm's)."""
+    if rc == 127:
+        return "no scontrol on the node"
+    if rc == 126:
+        return "no Slurm configuration on the node"
+    low = err.lower()
+    if "not found" in low and "node" in low:
+        return "slurmctld does not know it"
+    if "slurm.conf" in low or "configuration source" in low:
+        return "no Slurm configuration on the node"
+    return ""
+
+
+def before_reboot(
+    host: str, node: str, shown: str, rc: int, mode: str, why: str, err: str = ""
+) -> dict[str, Any]:
+    """Decide from ``scontrol show node -o <node>`` (its stdout, exit status and stderr;
+    rc 127: no scontrol on the node, 126: no Slurm configuration there) what happens to
+    ``host`` before its reboot. A node is taken for one Slurm does not manage only when
+    scontrol says so (missing, no configuration, the name unknown); when slurmctld cannot be
+    asked, the node is refused: rebooting it undrained could kill its jobs."""
     if mode not in SLURM_MODES:
         raise ValueError(f"node_reboot_slurm={mode!r}: allowed {', '.join(SLURM_MODES)}")
     if mode == "off":
@@ -130,18 +150,29 @@ def before_reboot(host: str, node: str, shown: str, rc: int, mode: str, why: str
             "plain", f"{host}: node_reboot_slurm=off: rebooted without asking Slurm"
         ).to_dict()
     fields = parse_show_line(shown) if rc == 0 else {}
-    if rc != 0 or fields.get("NodeName", node) != node:
-        what = "no scontrol on the node" if rc == 127 else f"slurmctld does not know {node!r}"
+    if rc == 0 and fields.get("NodeName", node) != node:
+        rc, err = 1, f"Node {node} not found (scontrol showed {fields.get('NodeName')})"
+    if rc != 0:
+        why_not = _not_slurms(rc, err)
+        if not why_not:
+            detail = " ".join(err.split())[:200] or f"exit {rc}"
+            return Before(
+                "refuse",
+                f"{host}: slurmctld could not be asked about {node!r} ({detail}); rebooting "
+                "it undrained could kill its jobs -> bring slurmctld and munge back, or set "
+                "node_reboot_slurm=off where Slurm does not manage these nodes",
+                node,
+            ).to_dict()
         if mode == "drain":
             return Before(
                 "refuse",
-                f"{host}: node_reboot_slurm=drain, but {what} -> set gpufleet_slurm_node_name "
-                "to the node's slurm.conf NodeName, or node_reboot_slurm=auto for nodes that "
-                "Slurm does not manage",
+                f"{host}: node_reboot_slurm=drain, but {why_not} ({node!r}) -> set "
+                "gpufleet_slurm_node_name to the node's slurm.conf NodeName, or "
+                "node_reboot_slurm=auto for nodes that Slurm does not manage",
                 node,
             ).to_dict()
         return Before(
-            "plain", f"{host}: not a Slurm node ({what}): rebooted without draining", node
+            "plain", f"{host}: not a Slurm node ({why_not}): rebooted without draining", node
         ).to_dict()
     previous = bare_reason(fields)
     if is_drained(fields) and previous.startswith(REBOOT_PREFIX):
@@ -200,13 +231,19 @@ def responding(shown: str) -> bool:
 
 
 def after_reboot(
-    host: str, node: str, shown: str, health_rc: int | None, health_out: str
+    host: str,
+    node: str,
+    shown: str,
+    health_rc: int | None,
+    health_out: str,
+    checked_by: str = "",
 ) -> dict[str, Any]:
     """After the reboot (``node`` "": not a Slurm node): resume the node when the health
     pass passed (``health_rc`` 0, or None when node_reboot_health is off) and it is still
     held for the rollout (its drain, or a reason slurmctld gave it for the reboot); otherwise
     drain it with the failure as its reason. An incomplete pass (rc 3: a check could not
-    finish) is not a pass."""
+    finish) is not a pass. ``checked_by`` names the check that passed instead of the health
+    pass (a calling role's: nvidia_driver's driver check)."""
     fields = parse_show_line(shown)
     previous = bare_reason(fields)
     held = is_drained(fields) or "DOWN" in node_flags(fields)
@@ -232,7 +269,13 @@ def after_reboot(
             f"stays drained ({reason}) -> fix it, then `scontrol update nodename={node} "
             "state=resume` or rerun make rolling-reboot",
         }
-    passed = "passed the health pass" if health_rc == 0 else "back (node_reboot_health off)"
+    passed = (
+        "passed the health pass"
+        if health_rc == 0
+        else f"passed {checked_by}"
+        if checked_by
+        else "back (node_reboot_health off)"
+    )
     if held and not ours:
         return {
             "action": "none",
@@ -274,8 +317,22 @@ def rollout_summary(
         if st.get("message"):
             notes[host] = str(st["message"])
     ok = not (groups["waiting"] or groups["failed"] or stopped_by)
+    # what a rerun still has to do: the nodes done (or left alone) need no second turn
+    rest = groups["waiting"] + groups["failed"] + groups["untouched"]
     lines = [f"{k.replace('_', ' ')}: {', '.join(v)}" for k, v in groups.items() if v]
     text = (
         ("ROLLING REBOOT COMPLETE" if ok else "ROLLING REBOOT STOPPED") + " - " + "; ".join(lines)
     )
-    return {**groups, "ok": ok, "notes": notes, "stopped_by": stopped_by, "text": text}
+    if not ok and rest:
+        text += (
+            " -> once the waiting jobs have ended (or the failed nodes are fixed), go on without "
+            f"the nodes done: make rolling-reboot ... REBOOT_ARGS='--limit {','.join(rest)}'"
+        )
+    return {
+        **groups,
+        "ok": ok,
+        "rest": rest,
+        "notes": notes,
+        "stopped_by": stopped_by,
+        "text": text,
+    }

@@ -52,14 +52,38 @@ def test_a_rerun_picks_up_the_node_an_earlier_rollout_left_waiting() -> None:
     assert d["action"] == "wait" and d["argv"] == []
 
 
-@pytest.mark.parametrize(("rc", "what"), [(127, "no scontrol"), (1, "does not know 'node2'")])
-def test_a_node_slurm_does_not_know_reboots_plain_under_auto_and_is_refused_under_drain(
-    rc: int, what: str
+def before_err(rc: int, err: str, mode: str = "auto") -> dict[str, Any]:
+    return sn.before_reboot("node2", "node2", "", rc, mode, "rolling reboot", err)
+
+
+@pytest.mark.parametrize(
+    ("rc", "err", "what"),
+    [
+        (127, "", "no scontrol on the node"),
+        (126, "no Slurm configuration on the node: no /etc/slurm/slurm.conf", "no Slurm conf"),
+        (1, "Node node2 not found", "slurmctld does not know it"),
+        (1, "error: s_p_parse_file: unable to status file /etc/slurm/slurm.conf", "no Slurm conf"),
+        (1, "error: Could not establish a configuration source", "no Slurm configuration"),
+    ],
+)
+def test_a_node_scontrol_calls_not_slurms_reboots_plain_under_auto_and_is_refused_under_drain(
+    rc: int, err: str, what: str
 ) -> None:
-    plain = before("", rc)
-    assert plain["action"] == "plain" and what in plain["message"]
-    refused = before("", rc, mode="drain")
+    plain = before_err(rc, err)
+    assert plain["action"] == "plain" and what in plain["message"], plain
+    refused = before_err(rc, err, mode="drain")
     assert refused["action"] == "refuse" and "gpufleet_slurm_node_name" in refused["message"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "drain"])
+def test_a_slurmctld_that_cannot_be_asked_refuses_the_node_rather_than_reboot_it_undrained(
+    mode: str,
+) -> None:
+    err = "slurm_load_node error: Unable to contact slurm controller (connect failure)"
+    d = before_err(1, err, mode)
+    assert d["action"] == "refuse" and "Unable to contact slurm controller" in d["message"]
+    assert "node_reboot_slurm=off" in d["message"]
+    assert before_err(124, "", mode)["action"] == "refuse"  # no answer within 30 s
 
 
 def test_off_never_reads_slurm_and_a_bad_mode_is_refused() -> None:
@@ -69,8 +93,9 @@ def test_off_never_reads_slurm_and_a_bad_mode_is_refused() -> None:
 
 
 def test_another_nodes_record_is_not_this_nodes() -> None:
-    # scontrol matched a different NodeName (a prefix, an alias): not proof of this node
-    assert before(IDLE, node="node2a")["action"] == "plain"
+    # scontrol showed a different NodeName (a prefix, an alias): not proof of this node
+    d = before(IDLE, node="node2a")
+    assert d["action"] == "plain" and "does not know it" in d["message"]
 
 
 def test_jobs_are_read_and_named() -> None:
@@ -100,6 +125,11 @@ def test_after_a_passing_reboot_the_rollouts_drain_is_resumed() -> None:
 def test_slurms_own_reboot_reason_counts_as_the_rollouts() -> None:
     down = "NodeName=node2 State=DOWN+DRAIN Reason=Node unexpectedly rebooted boot_time 1 [slurm@2026-12-07T18:00:00]"
     assert sn.after_reboot("node2", "node2", down, 0, "")["action"] == "resume"
+
+
+def test_a_callers_check_is_named_when_it_stood_in_for_the_health_pass() -> None:
+    d = sn.after_reboot("node2", "node2", OURS, None, "", "the NVIDIA driver check")
+    assert d["action"] == "resume" and "passed the NVIDIA driver check" in d["message"]
 
 
 def test_a_drain_someone_set_during_the_reboot_is_not_undone() -> None:
@@ -138,8 +168,11 @@ def test_the_summary_names_done_waiting_left_alone_and_untouched_in_play_order()
     )  # fmt: skip
     assert not s["ok"] and s["text"].startswith("ROLLING REBOOT STOPPED")
     assert "untouched: node4" in s["text"] and s["notes"]["node2"] == "node2: job 12"
+    # a rerun goes on where this one stopped: the waiting and untouched nodes only
+    assert s["rest"] == ["node2", "node4"] and "REBOOT_ARGS='--limit node2,node4'" in s["text"]
     whole = sn.rollout_summary(["a", "b"], {"a": {"state": "done"}, "b": {"state": "left_alone"}})
     assert whole["ok"] and whole["text"].startswith("ROLLING REBOOT COMPLETE")
+    assert whole["rest"] == [] and "--limit" not in whole["text"]
 
 
 def test_a_reason_is_one_bounded_line_without_quotes_or_equals() -> None:

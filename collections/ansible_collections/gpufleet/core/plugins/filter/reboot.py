@@ -19,18 +19,24 @@ with gpufleet_required():
     from gpufleet.provisioning import slurm_nodes
 
 
-def reboot_before(shown: str, host: str, node: str, rc: int, mode: str, why: str) -> dict[str, Any]:
-    """``scontrol show node -o`` output | reboot_before(host, node, rc, mode, why)."""
-    return slurm_nodes.before_reboot(host, node, str(shown or ""), int(rc), str(mode), str(why))
+def reboot_before(
+    shown: str, host: str, node: str, rc: int, mode: str, why: str, err: str = ""
+) -> dict[str, Any]:
+    """``scontrol show node -o`` output | reboot_before(host, node, rc, mode, why, stderr)."""
+    return slurm_nodes.before_reboot(
+        host, node, str(shown or ""), int(rc), str(mode), str(why), str(err or "")
+    )
 
 
 def reboot_after(
-    shown: str, host: str, node: str, health_rc: Any, health_out: str
+    shown: str, host: str, node: str, health_rc: Any, health_out: str, checked_by: str = ""
 ) -> dict[str, Any]:
-    """``scontrol show node -o`` output | reboot_after(host, node, health_rc, health_out);
-    health_rc none when the health pass is off."""
+    """``scontrol show node -o`` output | reboot_after(host, node, health_rc, health_out,
+    checked_by); health_rc none when the health pass did not run."""
     rc = None if health_rc is None or health_rc == "" else int(health_rc)
-    return slurm_nodes.after_reboot(host, node, str(shown or ""), rc, str(health_out or ""))
+    return slurm_nodes.after_reboot(
+        host, node, str(shown or ""), rc, str(health_out or ""), str(checked_by or "")
+    )
 
 
 def reboot_responding(shown: str) -> bool:
