@@ -48,7 +48,9 @@ REPO = Path(__file__).resolve().parents[2]
 TABLE = Path(__file__).with_name("bad_inputs.yml")
 CHECK_PLAY = REPO / "playbooks" / "check_inventory.yml"
 CHECK_NODE = REPO / "playbooks" / "tasks" / "check_node.yml"
-ALL_ROLES = [*PROVISION_ROLES, "verify"]
+#: every role whose check a run makes: provision.yml's, node_reboot (nvidia_driver includes
+#: it for its reboot; make rolling-reboot runs it), verify
+ALL_ROLES = [*PROVISION_ROLES, "node_reboot", "verify"]
 OUTCOMES = "bad-input-outcomes"
 
 #: What each class of bad input is (every case names one; each has a case in make test).
