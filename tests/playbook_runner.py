@@ -89,3 +89,15 @@ def run_playbook(
         timeout=timeout,
         check=False,
     )
+
+
+def task_keys(tasks: object) -> set[str]:
+    """Every key of every task of a task file's YAML (blocks, rescues and always included):
+    the modules and keywords it can run, for tests that prove a file cannot reboot."""
+    keys: set[str] = set()
+    for task in tasks if isinstance(tasks, list) else []:
+        if isinstance(task, dict):
+            keys.update(task)
+            for nested in ("block", "rescue", "always"):
+                keys |= task_keys(task.get(nested))
+    return keys

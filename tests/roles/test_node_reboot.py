@@ -16,26 +16,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from playbook_runner import REPO, ansible_env, run_playbook
+from playbook_runner import REPO, ansible_env, run_playbook, task_keys
 
 pytestmark = pytest.mark.slow
 
 SURVEY = REPO / "roles" / "node_reboot" / "tasks" / "survey.yml"
 
 
-def _keys(tasks: object) -> set[str]:
-    keys: set[str] = set()
-    for task in tasks if isinstance(tasks, list) else []:
-        if isinstance(task, dict):
-            keys.update(task)
-            for nested in ("block", "rescue", "always"):
-                keys |= _keys(task.get(nested))
-    return keys
-
-
 def test_the_survey_cannot_reboot_or_change_slurm() -> None:
     text = SURVEY.read_text(encoding="utf-8")
-    keys = _keys(yaml.safe_load(text))
+    keys = task_keys(yaml.safe_load(text))
     assert not {k for k in keys if "reboot" in k or "import" in k}, keys
     assert "state=drain" not in text and "state=resume" not in text and "update" not in text
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from playbook_runner import REPO, ansible_env, run_playbook
+from playbook_runner import REPO, ansible_env, run_playbook, task_keys
 from roles_driver_helpers import write_results_task
 
 ROLE = REPO / "roles" / "nvidia_driver"
@@ -30,19 +30,9 @@ OTHER_ID = "0123456789abcdef0123456789abcdef"
 REPORT_TASK = "Report the nodes that must be rebooted by hand"
 
 
-def _task_keys(tasks: object) -> set[str]:
-    keys: set[str] = set()
-    for task in tasks if isinstance(tasks, list) else []:
-        if isinstance(task, dict):
-            keys.update(task)
-            for nested in ("block", "rescue", "always"):
-                keys |= _task_keys(task.get(nested))
-    return keys
-
-
 def test_the_decision_file_cannot_reboot() -> None:
     """What the run below executes holds no reboot and includes nothing that could."""
-    keys = _task_keys(yaml.safe_load(DECISION.read_text(encoding="utf-8")))
+    keys = task_keys(yaml.safe_load(DECISION.read_text(encoding="utf-8")))
     assert not {k for k in keys if "reboot" in k or "include" in k or "import" in k}, keys
 
 
