@@ -840,9 +840,8 @@ def test_rolling_reboot_through_slurm_loses_no_job_and_leaves_an_admins_drain(
         assert down > ended, f"node2 went down at {down:.1f}, before its job ended at {ended:.1f}"
         assert len(node_reboots("node3")) == before["node3"]
         assert len(node_reboots("node1")) == before["node1"] + 1  # not again in the rerun
-        for name in ("node1", "node2"):
-            st = slurm_node(name)["State"]
-            assert st == "IDLE", f"{name}: {st}"
+        tb.wait_for(lambda: all(slurm_node(n)["State"] == "IDLE" for n in ("node1", "node2")),
+                    60, "node1 and node2 idle in Slurm")  # fmt: skip
         # node3 stayed the admin's through the rollout and through slurmd's health checks
         # (HealthCheckInterval=15: gpufleet health --slurm resumes only its own drains)
         admin = slurm_node("node3")
@@ -864,7 +863,9 @@ def test_rolling_reboot_through_slurm_loses_no_job_and_leaves_an_admins_drain(
         ended = job_end("node1", "e2e-drv")
         down, _up = node_reboots("node1")[-1]
         assert len(node_reboots("node1")) == before["node1"] + 2 and down > ended, (down, ended)
-        assert slurm_node("node1")["State"] == "IDLE"
+        # node1 runs slurmctld: after its reboot Slurm may show it NOT_RESPONDING for a
+        # moment, until slurmd's next registration (seen once in four runs)
+        tb.wait_for(lambda: slurm_node("node1")["State"] == "IDLE", 60, "node1 idle in Slurm")
         # drain, reboot, the stand-in check's record, resume: four changes, nothing failed
         _ok, changed, unreachable, failed = drv.recap()["node1"]
         assert (changed, unreachable, failed) == (4, 0, 0), drv.recap()
