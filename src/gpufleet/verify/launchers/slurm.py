@@ -42,14 +42,17 @@ from gpufleet.inputs.known import (
     SLURM_NAME_RE,
 )
 from gpufleet.provisioning.slurm_nodes import (
+    HEALTH_PREFIX,
     clean_reason,
-    node_flags,
+    drain_argv,
+    is_drained,
     parse_show_line,
+    resume_argv,
 )
 from gpufleet.verify.launchers.base import UNKNOWN_RC, Command, Launcher, Outcome, Step
 
 #: Prefix of every drain reason gpufleet sets; a drain with another reason is not ours.
-REASON_PREFIX = "gpufleet:"
+REASON_PREFIX = HEALTH_PREFIX
 PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESIZING"})
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SUSPENDED", "STAGE_OUT", "SIGNALING"})
 DONE_STATES = frozenset(
@@ -611,8 +614,7 @@ def drain_reason(failures: Sequence[tuple[str, str]]) -> str:
 
 def drained_by_gpufleet(fields: Mapping[str, str]) -> bool:
     """The node is drained (or draining) with a reason gpufleet set."""
-    drained = bool(node_flags(fields) & {"DRAIN", "DRAINING", "DRAINED"})
-    return drained and fields.get("Reason", "").startswith(REASON_PREFIX)
+    return is_drained(fields) and fields.get("Reason", "").startswith(REASON_PREFIX)
 
 
 def health_action(
@@ -627,8 +629,7 @@ def health_action(
     failure that is not ``due`` yet (gpufleet.node.drain_policy: fewer failed passes in a row
     than drain_after) drains nothing; ``not_yet`` says why. A node gpufleet already drained
     stays drained."""
-    flags = node_flags(fields)
-    drained = bool(flags & {"DRAIN", "DRAINING", "DRAINED"})
+    drained = is_drained(fields)
     current = fields.get("Reason", "")
     ours = current.startswith(REASON_PREFIX)
     if failures:
@@ -646,13 +647,13 @@ def health_action(
         return HealthAction(
             "drain",
             reason,
-            ("scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}"),
+            tuple(drain_argv(node, reason)),
         )
     if drained and ours:
         return HealthAction(
             "resume",
             f"checks pass again; resuming {node} (was: {current})",
-            ("scontrol", "update", f"nodename={node}", "state=resume"),
+            tuple(resume_argv(node)),
         )
     if drained:
         return HealthAction(
