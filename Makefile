@@ -120,8 +120,10 @@ monitor-deps: ## install Debian's prometheus (promtool, and the testbed's host P
 	exit $$rc
 
 .PHONY: e2e e2e-cuda
-e2e: setup testbed-deps browser-deps ## as root: testbed integration tests and the end-to-end demo (make demo, rerun changed=0, down)
-	$(BIN)/python -m pytest tests -m "testbed and not faults and not cuda_wheels" --durations=0
+# The fault scenarios run inside make e2e on the demo's testbed (tests/e2e_order.py); make
+# faults runs them alone on a fresh one.
+e2e: setup testbed-deps browser-deps ## as root: testbed integration tests, the end-to-end demo (make demo, rerun changed=0, down) and the fault scenarios on the demo's testbed
+	$(BIN)/python -m pytest tests -m "testbed and not cuda_wheels" --durations=0
 
 e2e-cuda: setup testbed-deps ## as root, opt-in (~2.7 GB download, ~15 GB disk): PyPI's real CUDA torch provisioned on the testbed (TORCH_WHEELS=cuda), rerun changed=0, verify
 	$(BIN)/python -m pytest tests -m cuda_wheels --durations=0

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+import e2e_order
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,14 +26,22 @@ def test_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return gpg_test_key(tmp_path_factory.mktemp("gnupg"))
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> Generator[None, None, None]:
     """make test spreads work over pytest-xdist workers by group (--dist loadgroup): a test
     without a group of its own stays with the other tests of its file, so a module-scoped
-    fixture (one ansible run for a table of cases) runs once."""
+    fixture (one ansible run for a table of cases) runs once. (Before every other
+    implementation of this hook.)
+
+    make e2e runs the fault scenarios on the demo's testbed, plain and provisioned, instead of
+    a fresh one of their own (a testbed and a provisioning from bare less: CI's hour): they
+    move to just before the Slurm demo (tests/e2e_order.py). (After every other
+    implementation: -m and -k have deselected what does not run.)"""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    yield
+    e2e_order.reorder(items)
 
 
 @pytest.hookimpl(optionalhook=True)

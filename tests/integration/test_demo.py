@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import urllib.error
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -197,7 +197,10 @@ def check_make_run(n: int) -> None:
     assert "RuntimeError: rank" in " ".join(out.split()), out[-6000:]  # its own error line
 
 
-@pytest.fixture(scope="module", autouse=True)
+# session-scoped, not module-scoped: under make e2e the fault scenarios (test_faults.py) run
+# between this module's tests, on the demo's testbed (tests/conftest.py, FAULTS_BEFORE), and a
+# module-scoped fixture would be set up again when this module's tests resume
+@pytest.fixture(scope="session", autouse=True)
 def fresh_e2e_reports() -> None:
     """The fixed run ids below (reports/e2e-*) are this module's: an earlier make e2e in the
     same checkout left them, and make verify refuses a RUN_ID that names an existing run."""
@@ -206,22 +209,7 @@ def fresh_e2e_reports() -> None:
             shutil.rmtree(old)
 
 
-@pytest.fixture(scope="module")
-def torn_down_after() -> Iterator[None]:
-    """The demo's testbed stays up between the tests of this module (the Slurm demo runs on
-    it), then `make testbed-down` must leave nothing behind."""
-    yield
-    down, _ = make("testbed-down")
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert monitor.prometheus_pid() is None, "Prometheus still runs after testbed-down"
-    with pytest.raises(urllib.error.URLError):  # nothing answers on 127.0.0.1:9090 any more
-        monitor.api(monitor.LISTEN, "query", {"query": "up"})
-    assert nodes.our_netns() == []
-    assert nodes.our_links() == []
-    assert nodes.our_mounts(config.STATE_DIR) == []
-
-
-def test_demo_provisions_verifies_and_reruns_without_change(torn_down_after: None) -> None:
+def test_demo_provisions_verifies_and_reruns_without_change() -> None:
     n = 3
     demo, _ = make("demo", f"NODES={n}")
     out = demo.stdout + demo.stderr
@@ -283,7 +271,7 @@ BURNIN_SKIPS = (
 )
 
 
-def test_demo_quick_and_burnin_tiers(torn_down_after: None) -> None:
+def test_demo_quick_and_burnin_tiers() -> None:
     """On the demo's testbed: make verify TIER=quick (the checks and compute, no cluster
     collective) within its 60 s budget; then TIER=burnin DURATION=30s, whose report has every
     node's samples (matmul intervals; no NVML on a CPU node, said so). 30 s keeps CI inside its
@@ -505,9 +493,7 @@ def slurm_node(name: str) -> dict[str, str]:
 SLURM_DEMO_SKIPS = "VERIFY_ARGS=-e verify_run_smoke=false -e verify_compute=false"
 
 
-def test_demo_through_slurm_drains_a_sick_node_and_cancels_what_cannot_start(
-    torn_down_after: None,
-) -> None:
+def test_demo_through_slurm_drains_a_sick_node_and_cancels_what_cannot_start() -> None:
     """make demo LAUNCHER=slurm on the demo's testbed (Slurm added by testbed-up), then the
     health check as slurmd's HealthCheckProgram, then a job Slurm cannot schedule."""
     n = 3
@@ -645,9 +631,7 @@ def firing(alertname: str) -> list[dict[str, str]]:
     ]  # fmt: skip
 
 
-def test_prometheus_sees_every_node_and_drains_only_at_the_second_failed_pass(
-    torn_down_after: None,
-) -> None:
+def test_prometheus_sees_every_node_and_drains_only_at_the_second_failed_pass() -> None:
     """On the Slurm demo's testbed (make demo LAUNCHER=slurm MONITOR=1, above): Debian's
     node_exporter in every node serves what the health timer and slurmd's health check write,
     Debian's Prometheus on the host scrapes it with the shipped rules. A broken manifest on
@@ -772,9 +756,7 @@ def job_end(node: str, name: str) -> float:
     return float(text.split()[-1])
 
 
-def test_rolling_reboot_through_slurm_loses_no_job_and_leaves_an_admins_drain(
-    torn_down_after: None,
-) -> None:
+def test_rolling_reboot_through_slurm_loses_no_job_and_leaves_an_admins_drain() -> None:
     """make rolling-reboot SERIAL=1 on the Slurm demo's testbed (issue 41): a job holds node2
     when the rollout starts and an admin drained node3 for maintenance. A wait bound shorter
     than the job stops the rollout at node2 (node1 done, node2 waiting, node3 untouched), the
@@ -876,3 +858,17 @@ def test_rolling_reboot_through_slurm_loses_no_job_and_leaves_an_admins_drain(
         node_sh("node1", "scontrol update nodename=node3 state=resume")
         node_sh("node1", "scontrol update nodename=node2 state=resume")
         node_sh("node1", "scontrol update nodename=node1 state=resume")
+
+
+def test_testbed_down_leaves_nothing_behind() -> None:
+    """Last of this module (pytest keeps the file's order): the demo's testbed stays up between
+    its tests (the SSH demo, the fault scenarios under make e2e, the Slurm demo, the rolling
+    reboot), then `make testbed-down` must leave nothing behind, Prometheus included."""
+    down, _ = make("testbed-down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert monitor.prometheus_pid() is None, "Prometheus still runs after testbed-down"
+    with pytest.raises(urllib.error.URLError):  # nothing answers on 127.0.0.1:9090 any more
+        monitor.api(monitor.LISTEN, "query", {"query": "up"})
+    assert nodes.our_netns() == []
+    assert nodes.our_links() == []
+    assert nodes.our_mounts(config.STATE_DIR) == []

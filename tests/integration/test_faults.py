@@ -61,6 +61,7 @@ sys.path.insert(0, str(REPO / "testbed"))
 from tbctl import config, mirror, render  # noqa: E402
 
 from browser_lib import check_report_page, chromium_missing  # noqa: E402
+from e2e_order import faults_share_the_demo_testbed  # noqa: E402
 
 OUT = REPO / "reports" / "faults"
 RESULTS: dict[str, dict[str, object]] = {}
@@ -101,8 +102,12 @@ def record(name: str, **values: object) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[list[config.Node]]:
-    reuse = os.environ.get("FAULTS_REUSE") == "1"
+def cluster(request: pytest.FixtureRequest) -> Iterator[list[config.Node]]:
+    """The 3-node testbed of the scenarios. Under make e2e (test_demo.py in the same run) it is
+    the demo's, plain and provisioned, and stays up for the Slurm demo after them
+    (tests/conftest.py); under make faults a fresh one, taken down at the end."""
+    shared = faults_share_the_demo_testbed(request.session.items)
+    reuse = shared or os.environ.get("FAULTS_REUSE") == "1"
     OUT.mkdir(parents=True, exist_ok=True)
     if not reuse:
         tbctl("down")
