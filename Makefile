@@ -177,13 +177,21 @@ MYPY_TREES = tests checks smoke_tests
 
 # The shipped Prometheus rules (docs/monitoring.md): promtool from Debian's prometheus (make monitor-deps)
 PROM_RULES := monitoring/prometheus/gpufleet.rules.yml
+# Two lanes side by side (each mostly one process at a time, so two cores finish in about the
+# longer lane's time); --output-sync keeps each lane's output together.
+.PHONY: lint-python lint-ansible
 lint: setup monitor-deps ## ansible-lint (production profile), yamllint, ruff, mypy, syntax checks, promtool check/test rules
+	@$(MAKE) --no-print-directory -j2 --output-sync=target lint-python lint-ansible
+
+lint-python: setup ## the Python lane of make lint: ruff (check, format), mypy --strict on src and each test tree
 	$(BIN)/ruff check --no-cache $(PY_DIRS)
 	$(BIN)/ruff format --no-cache --check $(PY_DIRS)
 	$(BIN)/mypy
 	@for tree in $(MYPY_TREES); do \
 	  echo "MYPYPATH=$$tree $(BIN)/mypy --cache-dir .mypy_cache/$$tree $$tree"; \
 	  MYPYPATH=$$tree $(BIN)/mypy --cache-dir .mypy_cache/$$tree $$tree || exit 1; done
+
+lint-ansible: setup monitor-deps ## the other lane of make lint: docs and role-docs checks, yamllint, ansible-lint, syntax check, promtool
 	$(BIN)/python scripts/check_docs.py
 	$(BIN)/python scripts/role_docs.py --check
 	$(BIN)/yamllint -s .
