@@ -6,8 +6,10 @@ Faults are injected from the host inside a node's own namespaces (tests/testbed_
 nft rules in a table of their own, `ip link set eth0 down`, SIGKILL by PID, and mirror
 content swapped for the run. Every scenario undoes its fault in `finally`.
 
-The module brings up a fresh 3-node testbed (FAULTS_REUSE=1 keeps a running one), and its
-first scenario - the provisioning run killed mid-way - is also what provisions it.
+Under make faults the module brings up a fresh 3-node testbed (FAULTS_REUSE=1 keeps a running
+one), and its first scenario - the provisioning run killed mid-way - is also what provisions
+it. Under make e2e it runs on the demo's testbed, plain and provisioned, and leaves it up for
+the Slurm demo (tests/e2e_order.py).
 Measurements go to reports/faults/faults.json; docs/reliability.md records them.
 Needs root and `make testbed-deps`; `make faults` runs it.
 """
