@@ -358,12 +358,14 @@ verify: export GF_LOCK_WAIT = $(value VERIFY_LOCK_WAIT)
 verify: export GF_TIER = $(value TIER)
 verify: export GF_DURATION = $(value DURATION)
 verify: export GF_PROFILES_DIR = $(value PROFILES_DIR)
-verify: setup ## verify the nodes of INVENTORY (checks, compute, torchrun, report); TIER=quick|standard|burnin DURATION=30m; LAUNCHER=slurm; exit 0 pass, else 2 (make's rule; gpufleet verify: 1 failure, 2 refused)
+verify: export GF_REPORT_DIR = $(value REPORT_DIR)
+verify: setup ## verify the nodes of INVENTORY (checks, compute, torchrun, report); TIER=quick|standard|burnin DURATION=30m; LAUNCHER=slurm; REPORT_DIR=dir (default reports/); exit 0 pass, else 2 (make's rule; gpufleet verify: 1 failure, 2 refused)
 	$(CHECK_LAUNCHER)
 	$(CHECK_TIER)
 	@tier=(); [ -n "$$GF_TIER" ] && tier+=(--tier "$$GF_TIER"); \
 	[ -n "$$GF_DURATION" ] && tier+=(--duration "$$GF_DURATION"); \
 	[ -n "$$GF_PROFILES_DIR" ] && tier+=(--profiles-dir "$$GF_PROFILES_DIR"); \
+	[ -n "$$GF_REPORT_DIR" ] && tier+=(--report-dir "$$GF_REPORT_DIR"); \
 	rc=0; $(ARGSPLIT) GF_VERIFY_ARGS VERIFY_ARGS -- $(BIN)/gpufleet verify \
 		--inventory "$$GF_INVENTORY" --run-id "$$GF_RUN_ID" --lock-wait "$$GF_LOCK_WAIT" \
 		--launcher "$$GF_LAUNCHER" $${tier[@]+"$${tier[@]}"} -- || rc=$$?; \

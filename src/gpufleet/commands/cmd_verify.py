@@ -31,6 +31,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--repo", default="", help="the gpufleet checkout (default: found from here)")
     p.add_argument(
+        "--report-dir",
+        type=argtypes.text,
+        default=None,
+        help="where the reports go (<dir>/<run id>/, <dir>/latest), with this checkout's "
+        "verify lock and run ids: default <repo>/reports (make verify REPORT_DIR=); the "
+        "inventory's verify_report_dir, if set, must name the same folder",
+    )
+    p.add_argument(
         "--launcher",
         choices=("", *launchers.names()),
         default="",
@@ -72,7 +80,10 @@ def run(args: argparse.Namespace) -> int:
     if args.launcher:
         extra += ["-e", json.dumps({"gpufleet_launcher": args.launcher})]
     extra += ["-e", json.dumps(extra_vars(args))] if extra_vars(args) else []
-    out = verifyrun.run(repo, args.inventory, args.run_id, extra, args.lock_wait)
+    report_dir = Path(args.report_dir).resolve() if args.report_dir else None
+    out = verifyrun.run(
+        repo, args.inventory, args.run_id, extra, args.lock_wait, report_dir=report_dir
+    )
     return out.exit_code
 
 

@@ -98,6 +98,10 @@ def check_input(repo: Path, exe: str, inventory: str, extra: Sequence[str], say:
         )
 
 
+REPORT_DIR_VAR = "__verify_report_dir_cli"
+"""The extra variable that tells playbooks/verify.yml where gpufleet verify reads the report."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     run_id: str
@@ -114,9 +118,14 @@ def run(
     lock_wait: float = 900.0,
     ansible_playbook: str = "",
     say: IO[str] = sys.stdout,
+    report_dir: Path | None = None,
 ) -> Outcome:
-    """Lock, claim a run id, run playbooks/verify.yml and read its verdict."""
-    reports = repo / "reports"
+    """Lock, claim a run id, run playbooks/verify.yml and read its verdict. ``report_dir``
+    (default <repo>/reports) holds the lock, the run ids and the reports: the playbook gets
+    it as ``__verify_report_dir_cli``, the default of verify_report_dir, and its check play
+    refuses a verify_report_dir set elsewhere (the report would land where this never looks)."""
+    reports = (report_dir or repo / "reports").absolute()
+    extra = ["-e", json.dumps({REPORT_DIR_VAR: str(reports)}), *extra]
     # bad input is refused at once, not after waiting for another run's lock: the run id
     # here, the inventory and the variables by the check play when the lock is busy
     if requested_id:

@@ -29,7 +29,11 @@ if args[0].endswith("check_inventory.yml"):  # the check play alone (a busy lock
         print("fatal: [n1]: FAILED! => gpu_nodes=[] is refused")
         sys.exit(2)
     sys.exit(0)
-run_id = json.loads(args[args.index("-e") + 1])["verify_run_id"]
+given = {{}}
+for i, a in enumerate(args[:-1]):
+    if a == "-e" and args[i + 1].startswith("{{"):
+        given.update(json.loads(args[i + 1]))
+run_id = given["verify_run_id"]
 open(os.environ["FAKE_ARGV"], "w").write(json.dumps(args))
 if mode == "refuse":
     print("PLAY [Check the inventory and every node's variables] ***")
@@ -38,7 +42,7 @@ if mode == "refuse":
 print("PLAY [Verify the GPU nodes] ***")
 if mode == "crash":
     sys.exit(2)
-out = os.path.join("reports", run_id)
+out = os.path.join(given["__verify_report_dir_cli"], run_id)
 json.dump({{"status": mode}}, open(os.path.join(out, "summary.json"), "w"))
 sys.exit(0 if mode == "pass" else 2)
 """
@@ -151,4 +155,24 @@ def test_bad_input_is_refused_at_once_while_another_run_holds_the_lock(
     assert "gpu_nodes=[] is refused" in say.getvalue()
     assert not (repo / "argv.json").exists()  # verify.yml never ran
     check = json.loads((repo / "argv.json.check").read_text())
-    assert check[1:] == ["-i", "inv", "-e", '{"gpufleet_check_roles": ["verify"]}', "-e", "x=1"]
+    where = json.dumps({verifyrun.REPORT_DIR_VAR: str(repo / "reports")})
+    assert check[1:] == ["-i", "inv", "-e", '{"gpufleet_check_roles": ["verify"]}',
+                         "-e", where, "-e", "x=1"]  # fmt: skip
+
+
+def test_a_report_dir_holds_the_lock_the_run_id_and_the_report(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """REPORT_DIR (gpufleet verify --report-dir): the playbook is told the folder, and the lock,
+    the claimed run folder and the verdict are read there, not in <repo>/reports (before: a
+    verify_report_dir outside reports/ passed, and make verify said "no report", exit 1)."""
+    elsewhere = tmp_path / "site-reports"
+    out = _run(repo, "pass", monkeypatch, requested_id="r1", report_dir=elsewhere)
+    assert (out.exit_code, out.status) == (0, "pass")
+    assert out.summary == elsewhere / "r1" / "summary.json" and out.summary.is_file()
+    assert (elsewhere / ".verify.lock").is_file() and not (repo / "reports").exists()
+    argv = json.loads((repo / "argv.json").read_text())
+    assert json.dumps({verifyrun.REPORT_DIR_VAR: str(elsewhere)}) in argv
+    # a run id taken in that folder is taken, whatever <repo>/reports holds
+    with pytest.raises(RefusedError, match="r1"):
+        _run(repo, "pass", monkeypatch, requested_id="r1", report_dir=elsewhere)
