@@ -115,8 +115,10 @@ def test_make_verify_never_executes_run_id(tmp_path: Path) -> None:
 
 
 def test_make_verify_waits_then_refuses_while_locked(tmp_path: Path) -> None:
-    reports = REPO / "reports"
-    reports.mkdir(exist_ok=True)
+    # the local nodes' inventory keeps its reports in <tmp>/rep (verify_report_dir): make
+    # verify is given the same folder (REPORT_DIR), which holds its lock too
+    reports = tmp_path / "rep"
+    reports.mkdir()
     holder = subprocess.Popen(
         ["flock", str(reports / ".verify.lock"), "sleep", "30"], start_new_session=True
     )
@@ -126,9 +128,10 @@ def test_make_verify_waits_then_refuses_while_locked(tmp_path: Path) -> None:
     try:
         time.sleep(1)  # let flock take the lock first
         r = _make_verify(tmp_path, "VERIFY_LOCK_WAIT=1", "RUN_ID=lock-test-never-claimed",
-                         f"INVENTORY={inventory}")  # fmt: skip
+                         f"INVENTORY={inventory}", f"REPORT_DIR={reports}")  # fmt: skip
         t0 = time.monotonic()
-        bad = _make_verify(tmp_path, "VERIFY_LOCK_WAIT=600", "RUN_ID=lock-test-never-claimed")
+        bad = _make_verify(tmp_path, "VERIFY_LOCK_WAIT=600", "RUN_ID=lock-test-never-claimed",
+                           f"REPORT_DIR={reports}")  # fmt: skip
         bad_s = time.monotonic() - t0
     finally:
         holder.kill()
