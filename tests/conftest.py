@@ -33,8 +33,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> Generator[None, N
     fixture (one ansible run for a table of cases) runs once. (Before every other
     implementation of this hook.)
 
-    make e2e runs the fault scenarios on the demo's testbed, plain and provisioned, instead of
-    a fresh one of their own (a testbed and a provisioning from bare less: CI's hour): they
+    make e2e-full runs the fault scenarios on the demo's testbed, plain and provisioned,
+    instead of a fresh one of their own (a testbed and a provisioning from bare less): they
     move to just before the Slurm demo (tests/e2e_order.py). (After every other
     implementation: -m and -k have deselected what does not run.)"""
     for item in items:

@@ -1,6 +1,7 @@
-"""One testbed for make e2e: the fault scenarios (tests/integration/test_faults.py) run on the
-demo's testbed (tests/integration/test_demo.py), plain and provisioned, instead of bringing up
-and provisioning one of their own (docs/testbed.md, "One testbed for make e2e").
+"""make e2e-full, one testbed less: the fault scenarios (tests/integration/test_faults.py) run
+on the demo's testbed (tests/integration/test_demo.py), plain and provisioned, instead of
+bringing up and provisioning one of their own (docs/testbed.md, "make e2e-full: the fault
+scenarios on the demo's testbed").
 
 tests/conftest.py calls ``reorder`` once -m and -k have deselected what does not run; the
 fault scenarios' ``cluster`` fixture asks ``faults_share_the_demo_testbed`` whether to reuse

@@ -197,7 +197,7 @@ def check_make_run(n: int) -> None:
     assert "RuntimeError: rank" in " ".join(out.split()), out[-6000:]  # its own error line
 
 
-# session-scoped, not module-scoped: under make e2e the fault scenarios (test_faults.py) run
+# session-scoped, not module-scoped: under make e2e-full the fault scenarios (test_faults.py) run
 # between this module's tests, on the demo's testbed (tests/conftest.py, FAULTS_BEFORE), and a
 # module-scoped fixture would be set up again when this module's tests resume
 @pytest.fixture(scope="session", autouse=True)
@@ -862,7 +862,7 @@ def test_rolling_reboot_through_slurm_loses_no_job_and_leaves_an_admins_drain() 
 
 def test_testbed_down_leaves_nothing_behind() -> None:
     """Last of this module (pytest keeps the file's order): the demo's testbed stays up between
-    its tests (the SSH demo, the fault scenarios under make e2e, the Slurm demo, the rolling
+    its tests (the SSH demo, the fault scenarios under make e2e-full, the Slurm demo, the rolling
     reboot), then `make testbed-down` must leave nothing behind, Prometheus included."""
     down, _ = make("testbed-down")
     assert down.returncode == 0, down.stdout + down.stderr

@@ -8,7 +8,7 @@ content swapped for the run. Every scenario undoes its fault in `finally`.
 
 Under make faults the module brings up a fresh 3-node testbed (FAULTS_REUSE=1 keeps a running
 one), and its first scenario - the provisioning run killed mid-way - is also what provisions
-it. Under make e2e it runs on the demo's testbed, plain and provisioned, and leaves it up for
+it. Under make e2e-full it runs on the demo's testbed, plain and provisioned, and leaves it up for
 the Slurm demo (tests/e2e_order.py).
 Measurements go to reports/faults/faults.json; docs/reliability.md records them.
 Needs root and `make testbed-deps`; `make faults` runs it.
@@ -105,7 +105,7 @@ def record(name: str, **values: object) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(request: pytest.FixtureRequest) -> Iterator[list[config.Node]]:
-    """The 3-node testbed of the scenarios. Under make e2e (test_demo.py in the same run) it is
+    """The 3-node testbed of the scenarios. Under make e2e-full (test_demo.py in the same run) it is
     the demo's, plain and provisioned, and stays up for the Slurm demo after them
     (tests/conftest.py); under make faults a fresh one, taken down at the end."""
     shared = faults_share_the_demo_testbed(request.session.items)

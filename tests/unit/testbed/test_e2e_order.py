@@ -1,4 +1,4 @@
-"""tests/e2e_order.py: under make e2e the fault scenarios move onto the demo's testbed, just
+"""tests/e2e_order.py: under make e2e-full the fault scenarios move onto the demo's testbed, just
 before the test that adds Slurm to it; make faults alone, and any run without the demo's
 tests, keeps pytest's order."""
 
