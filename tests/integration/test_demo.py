@@ -198,7 +198,7 @@ def check_make_run(n: int) -> None:
 
 
 # session-scoped, not module-scoped: under make e2e-full the fault scenarios (test_faults.py) run
-# between this module's tests, on the demo's testbed (tests/conftest.py, FAULTS_BEFORE), and a
+# between this module's tests, on the demo's testbed (tests/e2e_order.py, FAULTS_BEFORE), and a
 # module-scoped fixture would be set up again when this module's tests resume
 @pytest.fixture(scope="session", autouse=True)
 def fresh_e2e_reports() -> None:
