@@ -165,7 +165,7 @@ def run(
     status = str(json.loads(summary.read_text(encoding="utf-8")).get("status", "fail"))
     print(
         f">> report: {summary.parent / 'index.html'} (summary.md, summary.json, junit.xml; "
-        f"reports/latest): {status}",
+        f"{reports / 'latest'}): {status}",
         file=say,
     )
     ok = status == "pass" and rc == 0
