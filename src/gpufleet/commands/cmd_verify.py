@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.launcher:
         extra += ["-e", json.dumps({"gpufleet_launcher": args.launcher})]
     extra += ["-e", json.dumps(extra_vars(args))] if extra_vars(args) else []
-    report_dir = Path(args.report_dir).resolve() if args.report_dir else None
+    report_dir = Path(args.report_dir) if args.report_dir else None
     out = verifyrun.run(
         repo, args.inventory, args.run_id, extra, args.lock_wait, report_dir=report_dir
     )

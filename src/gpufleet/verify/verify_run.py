@@ -124,7 +124,7 @@ def run(
     (default <repo>/reports) holds the lock, the run ids and the reports: the playbook gets
     it as ``__verify_report_dir_cli``, the default of verify_report_dir, and its check play
     refuses a verify_report_dir set elsewhere (the report would land where this never looks)."""
-    reports = (report_dir or repo / "reports").absolute()
+    reports = (report_dir or repo / "reports").resolve()
     extra = ["-e", json.dumps({REPORT_DIR_VAR: str(reports)}), *extra]
     # bad input is refused at once, not after waiting for another run's lock: the run id
     # here, the inventory and the variables by the check play when the lock is busy
